@@ -1,0 +1,331 @@
+"""The Target contract, parameter specs and their validation.
+
+A Target is what a sampler samples: a loss L(w) on chain-batched positions ``w: Tensor[C, d]``.
+Potentials give their energy as the loss (sampled with nbeta = 1); networks give the mean
+per-sample training loss over a dataset of size ``n``. Everything here is device- and
+dtype-agnostic: constants are made on the fly from ``w``, and data tensors move with ``to``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+Batch = (
+    Any  # a target-specific minibatch (a tuple of tensors for data targets, None for potentials)
+)
+
+
+class ParamError(ValueError):
+    """Bad input: names the offending field and says what is allowed."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"{field_name}: {message}")
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` means CUDA when present, else CPU."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ParamError("device", f"must be 'auto', 'cpu' or 'cuda[:i]', got {device!r}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ParamError("device", "CUDA was asked for but no CUDA device is available")
+    return dev
+
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ParamError("dtype", f"must be float32 or float64, got {dtype}")
+        return dtype
+    if dtype not in DTYPES:
+        raise ParamError("dtype", f"must be one of {sorted(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter specs: the single source the CLI flags, RunSpec validation and app widgets come from.
+
+
+@dataclass(frozen=True)
+class Param:
+    """One user-facing parameter. ``kind`` is one of int, float, bool, choice, str, ints, floats.
+
+    ``low``/``high`` bound the value (or every element of a list) inclusively; ``optional``
+    admits None (shown as "auto"/"off" by front ends); ``length`` bounds list lengths.
+    """
+
+    name: str
+    kind: str
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    unit: str = ""
+    optional: bool = False
+    length: tuple[int, int] = (1, 64)
+
+    def allowed(self) -> str:
+        if self.kind == "choice":
+            return f"one of {list(self.choices)}"
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "str":
+            return "a string"
+        what = {
+            "int": "an integer",
+            "float": "a number",
+            "ints": "a list of integers",
+            "floats": "a list of numbers",
+        }[self.kind]
+        lo = "-inf" if self.low is None else f"{self.low:g}"
+        hi = "inf" if self.high is None else f"{self.high:g}"
+        rng = f" in [{lo}, {hi}]" if (self.low is not None or self.high is not None) else ""
+        if self.kind in ("ints", "floats"):
+            rng = f" of length {self.length[0]}..{self.length[1]}" + (f", each{rng}" if rng else "")
+        return what + rng + (" (or None)" if self.optional else "")
+
+    def check(self, value: Any, owner: str) -> Any:
+        """Return the value coerced to its kind, or raise ParamError naming ``owner.name``."""
+        name = f"{owner}.{self.name}"
+        if value is None:
+            if self.optional:
+                return None
+            raise ParamError(name, f"must be {self.allowed()}, got None")
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+            return value
+        if self.kind == "bool":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+                return value.lower() in ("true", "1")
+            raise ParamError(name, f"must be true or false, got {value!r}")
+        if self.kind == "str":
+            if not isinstance(value, str):
+                raise ParamError(name, f"must be a string, got {type(value).__name__}")
+            return value
+        if self.kind in ("ints", "floats"):
+            if isinstance(value, str):
+                value = [v for v in value.replace(",", " ").split() if v]
+            if not isinstance(value, (list, tuple)):
+                value = [value]
+            lo, hi = self.length
+            if not lo <= len(value) <= hi:
+                raise ParamError(name, f"must be {self.allowed()}, got length {len(value)}")
+            scalar = self.kind[:-1]
+            return tuple(self._scalar(v, scalar, name) for v in value)
+        return self._scalar(value, self.kind, name)
+
+    def _scalar(self, value: Any, kind: str, name: str) -> int | float:
+        if isinstance(value, bool):
+            raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ParamError(name, f"must be {self.allowed()}, got {value!r}") from None
+        if not math.isfinite(number):
+            raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+        if kind == "int":
+            if number != int(number):
+                raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+            number = int(number)
+        if (self.low is not None and number < self.low) or (
+            self.high is not None and number > self.high
+        ):
+            raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+        return number
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A registry entry: how to build a target and what each of its parameters means."""
+
+    name: str
+    kind: str  # "potential" or "network"
+    doc: str
+    paper: str
+    params: tuple[Param, ...]
+    build: Callable[..., Target] = field(repr=False)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+    def validate(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Fill defaults, coerce types and check ranges; unknown names are refused."""
+        known = {p.name for p in self.params}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ParamError(
+                f"{self.name}.{unknown[0]}",
+                f"unknown parameter; {self.name} takes {sorted(known)}",
+            )
+        out = self.defaults()
+        out.update(params)
+        return {p.name: p.check(out[p.name], self.name) for p in self.params}
+
+
+# ---------------------------------------------------------------------------------------------
+# The Target base class.
+
+
+class Target:
+    """A loss on chain-batched positions. Subclasses implement ``_loss`` and, where cheap,
+    ``_grad``; everything else (shape checks, autograd fallback, device moves) lives here.
+
+    Attributes: ``name``, ``dim``, ``layout`` (parameter name -> shape, in flat order),
+    ``n`` (training-set size or None), ``bounds`` ((xlo, xhi), (ylo, yhi)) for 2-D plots,
+    ``w0`` (a known true/trained point, Tensor[d], or None), ``nbeta`` (the default inverse
+    temperature times n: 1 for potentials).
+    ``prior_std``: a Gaussian prior N(0, prior_std^2 I) that kernels add to the energy (None:
+    no prior term).
+    Optional truths (None or empty where not known): ``exact_sample(generator, C)``,
+    ``marginals`` (coordinate index -> closed-form 1-D log-density), ``log_z`` (so that
+    exp(-loss - log_z) is the normalised density of a potential), ``mean``, ``cov``,
+    ``true_llc`` ((lambda, multiplicity)).
+    """
+
+    name: str = "target"
+    dim: int
+    layout: dict[str, tuple[int, ...]]
+    n: int | None = None
+    bounds: tuple[tuple[float, float], tuple[float, float]] | None = None
+    w0: Tensor | None = None
+    nbeta: float = 1.0
+    log_z: float | None = None
+    true_llc: tuple[float, int] | None = None  # (lambda, multiplicity)
+    prior_std: float | None = None
+
+    # -- the contract ----------------------------------------------------------------------
+    def loss(self, w: Tensor, batch: Batch = None) -> Tensor:
+        """Tensor[C]: the energy (potentials) or mean per-sample loss (networks)."""
+        return self._loss(self.check_position(w), batch)
+
+    def grad(self, w: Tensor, batch: Batch = None) -> Tensor:
+        """Tensor[C, d]: gradient of ``loss`` for each chain."""
+        return self.loss_and_grad(w, batch)[1]
+
+    def loss_and_grad(self, w: Tensor, batch: Batch = None) -> tuple[Tensor, Tensor]:
+        w = self.check_position(w)
+        if type(self)._grad is not Target._grad:
+            return self._loss(w, batch), self._grad(w, batch)
+        return self._autograd(w, batch)
+
+    def sample_batch(self, generator: torch.Generator, size: int) -> Batch:
+        """A minibatch for stochastic gradients; potentials have no data and return None."""
+        return None
+
+    def initial(self, generator: torch.Generator, chains: int) -> Tensor:
+        """Tensor[C, d] start: ``w0`` repeated when the target has one, else N(0, I) draws."""
+        if self.w0 is not None:
+            return self.w0.expand(chains, self.dim).clone()
+        return torch.randn(
+            chains, self.dim, generator=generator, device=generator.device, dtype=self.dtype
+        )
+
+    def prior_energy(self, w: Tensor) -> Tensor:
+        """Tensor[C]: -log prior up to a constant (zero without a prior)."""
+        if self.prior_std is None:
+            return w.new_zeros(w.shape[0])
+        return 0.5 * (w * w).sum(-1) / self.prior_std**2
+
+    def prior_grad(self, w: Tensor) -> Tensor:
+        if self.prior_std is None:
+            return torch.zeros_like(w)
+        return w / self.prior_std**2
+
+    exact_sample: Callable[[torch.Generator, int], Tensor] | None = None
+    marginals: dict[int, Callable[[Tensor], Tensor]] = {}
+    mean: Tensor | None = None
+    cov: Tensor | None = None
+
+    # -- helpers shared by every target ----------------------------------------------------
+    dtype: torch.dtype = torch.float32
+    device: torch.device = torch.device("cpu")
+
+    def check_position(self, w: Tensor) -> Tensor:
+        if not isinstance(w, Tensor):
+            raise ParamError("w", f"must be a torch.Tensor of shape [C, {self.dim}]")
+        if w.ndim != 2 or w.shape[1] != self.dim:
+            raise ParamError(
+                "w", f"must have shape [C, {self.dim}] (chains x parameters), got {list(w.shape)}"
+            )
+        if w.dtype != self.dtype or w.device != self.device:
+            raise ParamError(
+                "w",
+                f"is {w.dtype} on {w.device} but the target was built for "
+                f"{self.dtype} on {self.device}; use target.to(...) or w.to(...)",
+            )
+        return w
+
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
+        raise NotImplementedError
+
+    def _grad(self, w: Tensor, batch: Batch) -> Tensor:  # overridden where analytic
+        return self._autograd(w, batch)[1]
+
+    def _autograd(self, w: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        # Chains are independent, so d(sum_c L_c)/dw_c is chain c's gradient.
+        with torch.enable_grad():
+            x = w.detach().requires_grad_(True)
+            value = self._loss(x, batch)
+            (g,) = torch.autograd.grad(value.sum(), x)
+        return value.detach(), g
+
+    def unflatten(self, w: Tensor) -> dict[str, Tensor]:
+        """Split ``w: [C, d]`` into the named tensors of ``layout`` (views, batched over C)."""
+        out, i = {}, 0
+        for key, shape in self.layout.items():
+            size = math.prod(shape)
+            out[key] = w[:, i : i + size].reshape(w.shape[0], *shape)
+            i += size
+        return out
+
+    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None):
+        """Move every floating tensor attribute (data, truths) to ``device``/``dtype``."""
+        # An explicit index ("cuda:0", not "cuda") so that device comparisons with tensors hold.
+        device = torch.empty(
+            0, device=self.device if device is None else resolve_device(device)
+        ).device
+        dtype = self.dtype if dtype is None else resolve_dtype(dtype)
+        for key, value in vars(self).items():
+            if isinstance(value, Tensor):
+                kw = {"dtype": dtype} if value.is_floating_point() else {}
+                setattr(self, key, value.to(device=device, **kw))
+        self.device, self.dtype = device, dtype
+        return self
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} dim={self.dim} n={self.n}>"
+
+
+def as_tuple(value: float | Sequence[float], length: int, field_name: str) -> tuple[float, ...]:
+    """Broadcast a scalar or a length-1 list to ``length``; refuse other lengths."""
+    values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if len(values) == 1:
+        return values * length
+    if len(values) != length:
+        raise ParamError(field_name, f"must have 1 or {length} entries, got {len(values)}")
+    return values

@@ -1,0 +1,329 @@
+"""Networks as pure functions of the flat parameter vector, batched over chains.
+
+``forward(params, x)`` maps named parameter tensors with a leading chain axis ([C, ...]) and
+shared inputs ``x: [B, in]`` to outputs ``[C, B, out]`` with explicit batched matmuls, so all
+C chains run in one call on any device.
+
+Losses follow the local-sampling benchmark's L_n: regression uses the squared error SUMMED over
+outputs and AVERAGED over samples, with no 1/(2 sigma^2) factor (the LLC does not depend on that
+scale, but step sizes do: with noise variance sigma^2 the Gaussian log-likelihood is
+n L_n / (2 sigma^2), so nbeta here plays the role of n beta / (2 sigma^2)). Classification uses
+the mean cross-entropy. The default nbeta is n / log n, the LLC convention (beta = 1 / log n).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import data as datasets
+from .base import ParamError, Target
+from .truths import dln_llc, normal_crossing_rlct, rrr_llc, tanh_llc
+
+MAX_DATA_ELEMENTS = 200_000_000  # inputs + outputs held in memory, about 1.6 GB in float64
+
+
+class Network(Target):
+    """A model on a dataset. Subclasses define ``layout`` and ``forward``."""
+
+    def __init__(self, name: str, layout: dict[str, tuple[int, ...]], dataset: datasets.Dataset):
+        self.name, self.layout = name, layout
+        self.dim = sum(math.prod(s) for s in layout.values())
+        self.task, self.classes = dataset.task, dataset.classes
+        self.x, self.y = dataset.x, dataset.y
+        self.x_test, self.y_test = dataset.x_test, dataset.y_test
+        self.n = dataset.n
+        self.nbeta = self.n / math.log(self.n) if self.n > 1 else 1.0
+
+    def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def predict(self, w: Tensor, x: Tensor) -> Tensor:
+        """Outputs [C, B, out] for inputs [B, in]."""
+        return self.forward(self.unflatten(self.check_position(w)), x.to(w))
+
+    def _loss(self, w, batch):
+        x, y = (self.x, self.y) if batch is None else batch
+        return self.criterion(self.forward(self.unflatten(w), x), y)
+
+    def criterion(self, out: Tensor, y: Tensor) -> Tensor:
+        if self.task == "classification":
+            picked = out.gather(-1, y.expand(out.shape[0], -1)[..., None]).squeeze(-1)
+            return (torch.logsumexp(out, -1) - picked).mean(-1)
+        return ((out - y) ** 2).sum(-1).mean(-1)
+
+    def test_loss(self, w: Tensor) -> Tensor:
+        return self.criterion(self.predict(w, self.x_test), self.y_test)
+
+    def sample_batch(self, generator: torch.Generator, size: int):
+        """A minibatch of ``size`` training points drawn with replacement, shared by all chains."""
+        if not 1 <= size:
+            raise ParamError("batch_size", f"must be >= 1, got {size}")
+        idx = torch.randint(self.n, (size,), generator=generator, device=generator.device)
+        return self.x[idx], self.y[idx]
+
+
+def check_data_size(name: str, n: int, width: int) -> None:
+    if n * width > MAX_DATA_ELEMENTS:
+        raise ParamError(
+            f"{name}.n",
+            f"n x (inputs + outputs) = {n * width:.3g} exceeds "
+            f"{MAX_DATA_ELEMENTS:.0e} numbers in memory; choose n <= "
+            f"{MAX_DATA_ELEMENTS // width}",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Deep linear networks and reduced-rank regression.
+
+
+class DeepLinear(Network):
+    """f(x) = W_M ... W_1 x, W_l of shape H_l x H_{l-1}, no biases."""
+
+    def __init__(
+        self,
+        name: str,
+        widths: Sequence[int],
+        truth: list[Tensor],
+        dataset: datasets.Dataset,
+        names: Sequence[str] | None = None,
+    ):
+        names = names or [f"W{l}" for l in range(1, len(widths))]
+        layout = {k: (widths[l + 1], widths[l]) for l, k in enumerate(names)}
+        super().__init__(name, layout, dataset)
+        self.widths = tuple(widths)
+        self.w0 = torch.cat([t.reshape(-1) for t in truth])
+        self.rank = product_rank(truth)
+        self.true_llc = dln_llc(self.widths, self.rank)
+
+    def forward(self, params, x):
+        h = x
+        for weight in params.values():
+            h = torch.matmul(h, weight.transpose(-1, -2))
+        return h
+
+
+def product_rank(layers: list[Tensor]) -> int:
+    """Numerical rank of W_M ... W_1, computed in float64."""
+    product = layers[0].double()
+    for weight in layers[1:]:
+        product = weight.double() @ product
+    return int(torch.linalg.matrix_rank(product))
+
+
+def xavier_layers(widths: Sequence[int], g: torch.Generator) -> list[Tensor]:
+    """W_l entries ~ N(0, 2 / (H_l + H_{l-1})) (Xavier-normal)."""
+    return [
+        math.sqrt(2.0 / (widths[l] + widths[l + 1]))
+        * torch.randn(widths[l + 1], widths[l], generator=g, dtype=torch.float64)
+        for l in range(len(widths) - 1)
+    ]
+
+
+def reduce_rank(weight: Tensor, keep: int, g: torch.Generator) -> Tensor:
+    """Zero all but ``keep`` randomly chosen rows (or, by a coin flip, columns): rank <= keep."""
+    columns = bool(torch.rand(1, generator=g) < 0.5)
+    mat = weight.T if columns else weight
+    drop = torch.randperm(mat.shape[0], generator=g)[keep:]
+    mat = mat.clone()
+    mat[drop] = 0.0
+    return mat.T if columns else mat
+
+
+# Table 1 of the benchmark (M_min, M_max, H_min, H_max), plus a "tiny" class for CPUs.
+SIZE_CLASSES = {
+    "tiny": (2, 4, 3, 10),
+    "100K": (2, 10, 50, 500),
+    "1M": (2, 20, 100, 1000),
+    "10M": (2, 20, 500, 2000),
+    "100M": (2, 40, 500, 3000),
+}
+
+
+def dln_truth(
+    widths: Sequence[int] | None, rank: int | None, size_class: str, g: torch.Generator
+) -> tuple[list[int], list[Tensor]]:
+    """The benchmark's task generator (App. D.1).
+
+    Widths from ``size_class`` when not given (M ~ U{M_min..M_max}, H_l ~ U{H_min..H_max} for
+    l = 0..M). Layers are Xavier-normal. With ``rank`` given, the first layer keeps ``rank`` rows,
+    so the product has exactly that rank; otherwise each layer, with probability 1/2, is reduced
+    to a rank r_l ~ U{0..min(H_l, H_{l-1})} by zeroing rows or columns.
+    """
+    if widths is None:
+        m_lo, m_hi, h_lo, h_hi = SIZE_CLASSES[size_class]
+        depth = int(torch.randint(m_lo, m_hi + 1, (1,), generator=g))
+        widths = [int(h) for h in torch.randint(h_lo, h_hi + 1, (depth + 1,), generator=g)]
+    widths = list(widths)
+    layers = xavier_layers(widths, g)
+    if rank is not None:
+        if rank > min(widths):
+            raise ParamError(
+                "dln.rank", f"must be in [0, {min(widths)}] (the smallest width), got {rank}"
+            )
+        layers[0][rank:] = 0.0
+    else:
+        for l, weight in enumerate(layers):
+            if bool(torch.rand(1, generator=g) < 0.5):
+                keep = int(torch.randint(0, min(weight.shape) + 1, (1,), generator=g))
+                layers[l] = reduce_rank(weight, keep, g)
+    return widths, layers
+
+
+def product_map(layers: list[Tensor]):
+    def truth(x: Tensor) -> Tensor:
+        for weight in layers:
+            x = x @ weight.T
+        return x
+
+    return truth
+
+
+def make_dln(
+    widths: tuple[int, ...] | None, rank: int | None, size_class: str, n: int, seed: int
+) -> DeepLinear:
+    """Seed-000 DLN: X ~ U[-10, 10]^H0, Y = W0 X + N(0, 1/4 I)."""
+    g = datasets.torch_generator(seed)
+    if widths is not None and len(widths) < 2:
+        raise ParamError("dln.widths", f"needs at least 2 entries (H0, H1), got {list(widths)}")
+    widths, layers = dln_truth(widths, rank, size_class, g)
+    check_data_size("dln", n, widths[0] + widths[-1])
+    data = datasets.regression(
+        product_map(layers), datasets.uniform_inputs(-10, 10, widths[0]), 0.5, n, seed + 1
+    )
+    return DeepLinear("dln", widths, layers, data)
+
+
+def make_rrr(inputs: int, hidden: int, outputs: int, rank: int, n: int, seed: int) -> DeepLinear:
+    """y = B A x + N(0, I), x ~ N(0, I); A0, B0 Xavier-normal with A0 keeping ``rank`` rows."""
+    if rank > min(inputs, hidden, outputs):
+        raise ParamError(
+            "rrr.rank",
+            f"must be in [0, {min(inputs, hidden, outputs)}] "
+            f"(min of inputs, hidden, outputs), got {rank}",
+        )
+    check_data_size("rrr", n, inputs + outputs)
+    g = datasets.torch_generator(seed)
+    layers = xavier_layers([inputs, hidden, outputs], g)
+    layers[0][rank:] = 0.0
+    data = datasets.regression(
+        product_map(layers), datasets.normal_inputs(1.0, inputs), 1.0, n, seed + 1
+    )
+    target = DeepLinear("rrr", (inputs, hidden, outputs), layers, data, names=("A", "B"))
+    target.true_llc = rrr_llc(inputs, hidden, outputs, rank)
+    return target
+
+
+# ---------------------------------------------------------------------------------------------
+# One-dimensional singular models.
+
+
+class Polynomial(Network):
+    """y_hat = x * prod_i w_i^(p_i); truth w0 = 0 (so y is pure noise), a normal crossing."""
+
+    def __init__(self, powers: Sequence[int], dataset: datasets.Dataset):
+        super().__init__("polynomial", {"w": (len(powers),)}, dataset)
+        self.powers = torch.tensor(powers, dtype=torch.float64)
+        self.w0 = torch.zeros(self.dim, dtype=torch.float64)
+        self.true_llc = normal_crossing_rlct(powers)
+
+    def forward(self, params, x):
+        coef = (params["w"] ** self.powers).prod(-1)  # [C]
+        return coef[:, None, None] * x
+
+
+def make_polynomial(
+    powers: tuple[int, ...], x_std: float, noise_std: float, n: int, seed: int
+) -> Polynomial:
+    if not any(p > 0 for p in powers):
+        raise ParamError("polynomial.powers", "at least one power must be positive")
+    data = datasets.regression(
+        lambda x: torch.zeros_like(x), datasets.normal_inputs(x_std, 1), noise_std, n, seed
+    )
+    return Polynomial(powers, data)
+
+
+class TanhNet(Network):
+    """f(x) = sum_h b_h tanh(a_h x), x ~ U[-1, 1], y = f_{w0}(x) + N(0, 1) with w0 = 0."""
+
+    def __init__(self, hidden: int, dataset: datasets.Dataset):
+        super().__init__("tanh", {"a": (hidden,), "b": (hidden,)}, dataset)
+        self.w0 = torch.zeros(self.dim, dtype=torch.float64)
+        self.true_llc = tanh_llc(hidden)
+
+    def forward(self, params, x):
+        t = torch.tanh(x[None, :, :] * params["a"][:, None, :])  # [C, B, H]
+        return (t * params["b"][:, None, :]).sum(-1, keepdim=True)
+
+
+def make_tanh(hidden: int, n: int, seed: int) -> TanhNet:
+    data = datasets.regression(
+        lambda x: torch.zeros_like(x), datasets.uniform_inputs(-1, 1, 1), 1.0, n, seed
+    )
+    return TanhNet(hidden, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Multilayer perceptrons on a dataset.
+
+ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "gelu": F.gelu}
+
+
+class MLP(Network):
+    """Fully connected network; parameters named like torch.nn.Sequential of Linear layers."""
+
+    def __init__(
+        self, name: str, hidden_sizes: Sequence[int], activation: str, dataset: datasets.Dataset
+    ):
+        sizes = [dataset.inputs, *hidden_sizes, dataset.outputs]
+        layout = {}
+        for l in range(len(sizes) - 1):
+            layout[f"layers.{l}.weight"] = (sizes[l + 1], sizes[l])
+            layout[f"layers.{l}.bias"] = (sizes[l + 1],)
+        super().__init__(name, layout, dataset)
+        self.sizes, self.activation = tuple(sizes), activation
+
+    def forward(self, params, x):
+        act = ACTIVATIONS[self.activation]
+        tensors = list(params.values())
+        h = x
+        for l in range(0, len(tensors), 2):
+            h = torch.matmul(h, tensors[l].transpose(-1, -2)) + tensors[l + 1][:, None, :]
+            if l + 2 < len(tensors):
+                h = act(h)
+        return h
+
+    def initial(self, generator, chains):
+        """torch.nn.Linear's default: weights and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+        parts = []
+        for fan_in, fan_out in zip(self.sizes[:-1], self.sizes[1:], strict=True):
+            u = torch.rand(
+                chains,
+                (fan_in + 1) * fan_out,
+                generator=generator,
+                device=generator.device,
+                dtype=self.dtype,
+            )
+            parts.append((2 * u - 1) / math.sqrt(fan_in))
+        return torch.cat(parts, -1)
+
+
+def make_mlp(
+    dataset: str,
+    hidden_sizes: tuple[int, ...],
+    activation: str,
+    n: int | None,
+    seed: int,
+    name: str = "mlp",
+) -> MLP:
+    build, _, _ = datasets.DATASETS[dataset]
+    if dataset == "digits" and n is not None and n > datasets.DIGITS_TRAIN:
+        raise ParamError(
+            f"{name}.n", f"must be in [1, {datasets.DIGITS_TRAIN}] for the digits dataset, got {n}"
+        )
+    data = build(n, seed)
+    return MLP(name, hidden_sizes, activation, data)

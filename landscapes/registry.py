@@ -1,0 +1,320 @@
+"""The target registry: name -> spec (parameters with default, range, doc; paper; builder).
+
+The CLI flags, RunSpec validation and the app's widgets are all generated from these specs.
+"""
+
+from __future__ import annotations
+
+from .base import Param, TargetSpec
+from .data import DATASETS
+from .networks import SIZE_CLASSES, make_dln, make_mlp, make_polynomial, make_rrr, make_tanh
+from .potentials import (
+    Banana,
+    Custom,
+    Donut,
+    Funnel,
+    Mixture,
+    NormalCrossing,
+    SoftplusFunnel,
+    Squiggle,
+    make_gaussian,
+    make_harmonic,
+)
+
+GALLERY = "MCMC Interactive Gallery (C. Feng); exact definitions"
+P000 = "000 Hitchcock & Hoogland, local posterior sampling benchmark"
+P001 = "001 Yu et al., SGRLD in non-diagonal metrics"
+P003 = "003 Heber et al., TATi"
+P004 = "004 VI via resolution of singularities"
+
+SEED = Param("seed", "int", 0, "random seed of the generated problem and data", 0, 2**31 - 1)
+
+
+def n_param(default: int | None, optional: bool = False) -> Param:
+    return Param(
+        "n", "int", default, "training set size", 1, 10_000_000, unit="points", optional=optional
+    )
+
+
+def _spec(name, kind, doc, paper, params, build):
+    return TargetSpec(name, kind, doc, paper, tuple(params), build)
+
+
+SPECS = [
+    _spec(
+        "gaussian",
+        "potential",
+        "Gaussian N(0, R diag(scales^2) R^T); `condition` log-spaces the variances to that "
+        "condition number, `rotate` draws a random rotation R from `seed`.",
+        GALLERY,
+        [
+            Param("dim", "int", 2, "dimension", 1, 2000),
+            Param(
+                "scales",
+                "floats",
+                (1.0,),
+                "standard deviation(s): one, or one per coordinate",
+                1e-6,
+                1e6,
+                length=(1, 2000),
+            ),
+            Param(
+                "condition",
+                "float",
+                1.0,
+                "condition number of the covariance (with one scale)",
+                1.0,
+                1e12,
+            ),
+            Param("rotate", "bool", False, "apply a random rotation"),
+            SEED,
+        ],
+        make_gaussian,
+    ),
+    _spec(
+        "banana",
+        "potential",
+        "Banana: y0 = x0/a, y1 = a x1 + a b (x0^2 + a^2), y ~ N([0, 4], [[1, .5], [.5, 1]]).",
+        GALLERY,
+        [
+            Param("a", "float", 2.0, "stretch", 0.1, 10.0),
+            Param("b", "float", 0.2, "bend", 0.0, 5.0),
+        ],
+        Banana,
+    ),
+    _spec(
+        "donut",
+        "potential",
+        "Donut: log p = -(|x| - radius)^2 / width.",
+        GALLERY,
+        [
+            Param("radius", "float", 2.6, "ring radius", 0.01, 100.0),
+            Param("width", "float", 0.033, "ring width (2 x radial variance)", 1e-4, 100.0),
+        ],
+        Donut,
+    ),
+    _spec(
+        "mixture",
+        "potential",
+        "Equal mixture of N((-1.5,-1.5), .8 I), N((1.5,1.5), .8 I), N((-2,2), .5 I).",
+        GALLERY,
+        [],
+        Mixture,
+    ),
+    _spec(
+        "squiggle",
+        "potential",
+        "Squiggle: y = (x0, x1 + sin 5 x0), y ~ N(0, [[2, .25], [.25, .5]]).",
+        GALLERY,
+        [],
+        Squiggle,
+    ),
+    _spec(
+        "funnel",
+        "potential",
+        "Neal's funnel: v ~ N(0, 3^2), x_i | v ~ N(0, e^v); coordinates (x_1..x_{D-1}, v).",
+        "Neal (2003), slice sampling",
+        [Param("dim", "int", 10, "dimension D (v and D-1 x's); 2 for the playground", 2, 1000)],
+        Funnel,
+    ),
+    _spec(
+        "softplus-funnel",
+        "potential",
+        "SGRLD funnel: x | v ~ N(mu, softplus(v) I), "
+        "v ~ N(0, sigma2); softplus(v) is the variance.",
+        P001,
+        [
+            Param("dim", "int", 2, "dimension D", 2, 1000),
+            Param("mu", "float", 2.0, "mean of x", -100.0, 100.0),
+            Param("sigma2", "float", 80.0, "variance of v", 1e-3, 1e4),
+        ],
+        SoftplusFunnel,
+    ),
+    _spec(
+        "normal-crossing",
+        "potential",
+        "Energy n K(w), K = prod_i w_i^(2 k_i) (or sum); prior N(0, prior_std^2 I) "
+        "(prior_std 0: none). RLCT known exactly.",
+        P004,
+        [
+            Param(
+                "k", "ints", (1, 2), "half-powers k_i (K uses w_i^(2 k_i))", 0, 20, length=(1, 64)
+            ),
+            Param(
+                "form",
+                "choice",
+                "product",
+                "product or sum of the monomials",
+                choices=("product", "sum"),
+            ),
+            n_param(10_000),
+            Param("prior_std", "float", 1.0, "prior standard deviation (0: no prior)", 0.0, 1e6),
+        ],
+        lambda k, form, n, prior_std: _normal_crossing(k, form, n, prior_std),
+    ),
+    _spec(
+        "harmonic",
+        "potential",
+        "Harmonic oscillator L = a |theta|^2 (TATi).",
+        P003,
+        [
+            Param("dim", "int", 1, "dimension", 1, 2000),
+            Param("a", "float", 1.0, "stiffness", 1e-6, 1e6),
+        ],
+        make_harmonic,
+    ),
+    _spec(
+        "custom",
+        "potential",
+        "Your energy in x, y (or w0..w{d-1}) with + - * / ** and exp, log, sin, cos, tanh, "
+        "sqrt, abs, softplus, pi.",
+        "-",
+        [
+            Param("formula", "str", "(1 - x)**2 / 10 + (y - x**2)**2", "energy U(x, y)"),
+            Param(
+                "dim",
+                "int",
+                None,
+                "dimension (default: from the variables used)",
+                1,
+                64,
+                optional=True,
+            ),
+        ],
+        Custom,
+    ),
+    _spec(
+        "dln",
+        "network",
+        "Deep linear network f(x) = W_M...W_1 x on X ~ U[-10,10]^H0, Y = W0 X + N(0, 1/4); "
+        "loss: squared error summed over outputs, mean over samples. Give `widths` (and "
+        "optionally `rank`), or leave widths empty to draw a task from `size_class`.",
+        P000,
+        [
+            Param(
+                "widths",
+                "ints",
+                None,
+                "layer widths H0, ..., HM (empty: from size_class)",
+                1,
+                5000,
+                length=(2, 41),
+                optional=True,
+            ),
+            Param(
+                "rank",
+                "int",
+                None,
+                "rank of the generating product (empty: random per-layer "
+                "rank reductions, App. D.1)",
+                0,
+                5000,
+                optional=True,
+            ),
+            Param(
+                "size_class",
+                "choice",
+                "tiny",
+                "benchmark size class (when widths is empty)",
+                choices=tuple(SIZE_CLASSES),
+            ),
+            n_param(100_000),
+            SEED,
+        ],
+        make_dln,
+    ),
+    _spec(
+        "rrr",
+        "network",
+        "Reduced-rank regression y = B A x + N(0, I), x ~ N(0, I); truth of rank `rank`.",
+        P004,
+        [
+            Param("inputs", "int", 5, "input dimension M", 1, 1000),
+            Param("hidden", "int", 3, "hidden width H", 1, 1000),
+            Param("outputs", "int", 4, "output dimension N", 1, 1000),
+            Param("rank", "int", 2, "rank of the true B A", 0, 1000),
+            n_param(10_000),
+            SEED,
+        ],
+        make_rrr,
+    ),
+    _spec(
+        "polynomial",
+        "network",
+        "y = x prod_i w_i^(p_i) + noise, x ~ N(0, x_std^2), truth w = 0 (a normal crossing).",
+        P004,
+        [
+            Param("powers", "ints", (1, 2), "powers p_i", 0, 20, length=(1, 16)),
+            Param("x_std", "float", 2.0, "input standard deviation", 1e-3, 1e3),
+            Param("noise_std", "float", 0.25, "noise standard deviation", 1e-3, 1e3),
+            n_param(10_000),
+            SEED,
+        ],
+        make_polynomial,
+    ),
+    _spec(
+        "tanh",
+        "network",
+        "f(x) = sum_h b_h tanh(a_h x), x ~ U[-1, 1], y = N(0, 1) (truth w = 0).",
+        P004,
+        [Param("hidden", "int", 4, "number of tanh units H", 1, 4096), n_param(5_000), SEED],
+        make_tanh,
+    ),
+    _spec(
+        "mlp",
+        "network",
+        "Multilayer perceptron on a dataset; mean cross-entropy for classes, "
+        "squared error for regression.",
+        P001,
+        [
+            Param(
+                "dataset",
+                "choice",
+                "digits",
+                "; ".join(f"{k}: {v[2]}" for k, v in DATASETS.items()),
+                choices=tuple(DATASETS),
+            ),
+            Param("hidden_sizes", "ints", (32,), "hidden layer widths", 1, 4096, length=(0, 8)),
+            Param(
+                "activation",
+                "choice",
+                "relu",
+                "hidden activation",
+                choices=("relu", "tanh", "sigmoid", "gelu"),
+            ),
+            n_param(None, optional=True),
+            SEED,
+        ],
+        make_mlp,
+    ),
+    _spec(
+        "slp",
+        "network",
+        "Single-layer perceptron (linear model) on a dataset.",
+        P003,
+        [
+            Param("dataset", "choice", "two-clusters", "dataset", choices=tuple(DATASETS)),
+            n_param(None, optional=True),
+            SEED,
+        ],
+        lambda dataset, n, seed: make_mlp(dataset, (), "relu", n, seed, name="slp"),
+    ),
+]
+
+
+def _normal_crossing(k, form, n, prior_std):
+    from .base import ParamError
+
+    if prior_std == 0.0 and form == "product" and len(k) > 1:
+        raise ParamError(
+            "normal-crossing.prior_std",
+            "must be > 0 for the product form with d >= 2 (exp(-n K) alone is not integrable)",
+        )
+    if form == "sum" and min(k) < 1:
+        raise ParamError("normal-crossing.k", "must all be >= 1 for the sum form")
+    if max(k) < 1:
+        raise ParamError("normal-crossing.k", "at least one k_i must be >= 1")
+    return NormalCrossing(k, form, n, prior_std or None)
+
+
+REGISTRY: dict[str, TargetSpec] = {spec.name: spec for spec in SPECS}
