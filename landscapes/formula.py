@@ -134,8 +134,11 @@ def _compile(node: ast.AST, src: str, names: set[str]) -> Callable[[dict], Tenso
         left, right = _compile(node.left, src, names), _compile(node.right, src, names)
         return lambda env: _binary(op, left(env), right(env))
     if isinstance(node, ast.Call):
-        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            shown = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
+        if not isinstance(node.func, ast.Name):
+            _compile(node.func, src, set())  # refuses lambdas, attributes, ... by what they are
+            raise FormulaError(src, f"only the functions {sorted(FUNCTIONS)} can be called", col)
+        if node.func.id not in FUNCTIONS:
+            shown = node.func.id
             raise FormulaError(
                 src, f"{shown!r} is not an allowed function; allowed: {sorted(FUNCTIONS)}", col
             )

@@ -1,0 +1,135 @@
+"""Truth oracles against the reference tables (000 and 004) and against each other."""
+
+import itertools
+import random
+
+import pytest
+
+import landscapes
+from landscapes.truths import dln_llc, normal_crossing_rlct, rrr_llc, tanh_llc
+
+# Reference 000, section 3 ("Reference values"): H (H0..HM), r, d, lambda, m (None: not given).
+DLN_TABLE = [
+    ([1, 1, 1], 0, 2, 0.5, 2),
+    ([1, 1, 1], 1, 2, 0.5, 1),
+    ([2, 1, 2], 0, 4, 1.0, 2),
+    ([3, 2], 1, 6, 3.0, 1),
+    ([5, 3, 5], 0, 30, 6.5, 2),
+    ([5, 3, 5], 2, 30, 9.5, 2),
+    ([5, 1, 5], 1, 10, 4.5, 1),
+    ([2, 2, 2, 2], 1, 12, 2.0, 3),
+    ([4, 4, 4, 4], 2, 48, 7.5, 3),
+    ([3, 4, 5, 6], 2, 62, 8.0, 1),
+    ([8, 3, 2, 7], 2, 44, 13.0, 1),
+    ([7, 4, 3, 3], 0, None, 4.0, None),  # 4.5 with the paper's typo ("max" in condition 3)
+    ([10, 20, 20, 10], 5, 800, 50.0, 1),
+    ([10, 10, 10, 10, 10], 0, 400, 31.5, 5),
+    ([10, 10, 10, 10, 10], 10, 400, 50.0, 1),
+    ([20, 5, 30, 25, 10], 3, 1250, 47.5, 1),
+    ([50, 60, 70], 10, 7200, 1437.5, 1),
+    ([100, 120, 80, 110], 30, 30400, 4233.5, 3),
+]
+
+
+def n_params(widths):
+    return sum(a * b for a, b in itertools.pairwise(widths))
+
+
+@pytest.mark.parametrize(("widths", "rank", "d", "lam", "m"), DLN_TABLE)
+def test_dln_llc_reference_table(widths, rank, d, lam, m):
+    got_lam, got_m = dln_llc(widths, rank)
+    assert got_lam == lam
+    if m is not None:
+        assert got_m == m
+    if d is not None:
+        assert n_params(widths) == d
+
+
+def test_dln_with_two_layers_agrees_with_reduced_rank_regression_for_all_small_sizes():
+    count = 0
+    for m_in, h, n_out in itertools.product(range(1, 9), repeat=3):
+        for r in range(min(m_in, h, n_out) + 1):
+            assert dln_llc([m_in, h, n_out], r) == rrr_llc(m_in, h, n_out, r), (m_in, h, n_out, r)
+            count += 1
+    assert count == 1808  # the reference's count of (sizes, rank) combinations
+
+
+def test_dln_llc_is_at_most_half_the_parameter_count():
+    rng = random.Random(0)
+    for _ in range(3000):
+        widths = [rng.randint(1, 12) for _ in range(rng.randint(2, 7))]
+        r = rng.randint(0, min(widths))
+        lam, m = dln_llc(widths, r)
+        assert 0 < lam <= n_params(widths) / 2
+        assert m >= 1
+
+
+def test_one_layer_is_regular():
+    for h0, h1 in itertools.product(range(1, 7), repeat=2):
+        assert dln_llc([h0, h1], min(h0, h1)) == (h0 * h1 / 2, 1)
+
+
+def test_rrr_paper_table():
+    # Reference 004, Table 1(b): M = H + 3, N = H, r = H gives 324 (H = 24) and 560 (H = 32).
+    assert rrr_llc(27, 24, 24, 24) == (324.0, 1)
+    assert rrr_llc(35, 32, 32, 32) == (560.0, 1)
+    assert rrr_llc(1, 1, 1, 0) == (0.5, 2)  # K ~ (ab)^2
+
+
+# Reference 004: (H, lambda, m); lambda = (H + i^2 + i) / (4i + 2).
+TANH_TABLE = [
+    (1, 0.5, 2),
+    (2, 2 / 3, 1),
+    (3, 5 / 6, 1),
+    (4, 1.0, 2),
+    (5, 1.1, 1),
+    (9, 1.5, 2),
+    (16, 2.0, 2),
+    (576, 12.0, 2),
+    (1024, 16.0, 2),
+]
+
+
+@pytest.mark.parametrize(("hidden", "lam", "m"), TANH_TABLE)
+def test_tanh_table(hidden, lam, m):
+    got_lam, got_m = tanh_llc(hidden)
+    assert got_lam == pytest.approx(lam, rel=1e-15)
+    assert got_m == m
+    assert got_lam <= hidden  # d / 2 = H
+
+
+@pytest.mark.parametrize(
+    ("k", "form", "lam", "m"),
+    [
+        ((1,), "product", 0.5, 1),
+        ((2,), "product", 0.25, 1),
+        ((1, 1), "product", 0.5, 2),
+        ((1, 2), "product", 0.25, 1),
+        ((2, 2), "product", 0.25, 2),
+        ((1, 3), "product", 1 / 6, 1),
+        ((1, 1), "sum", 1.0, 1),
+        ((2, 1), "sum", 0.75, 1),
+        ((2, 2), "sum", 0.5, 1),
+        ((1, 0), "product", 0.5, 1),
+    ],
+)
+def test_normal_crossing_examples(k, form, lam, m):
+    # Reference 000 section 6 and reference 004 section 1 list these.
+    assert normal_crossing_rlct(k, form=form) == (pytest.approx(lam), m)
+
+
+def test_normal_crossing_with_prior_jacobian():
+    # lambda_j = (h_j + 1) / (2 k_j): h = (1, 0), k = (1, 1) -> min(1, 1/2) = 1/2, m = 1
+    assert normal_crossing_rlct((1, 1), h=(1, 0)) == (0.5, 1)
+    assert normal_crossing_rlct((2, 1), h=(1, 0)) == (0.5, 2)
+
+
+def test_targets_carry_their_truths():
+    assert landscapes.make("tanh", hidden=9, n=50, device="cpu").true_llc == (1.5, 2)
+    assert landscapes.make("polynomial", powers=(1, 3), n=50, device="cpu").true_llc[0] == (
+        pytest.approx(1 / 6)
+    )
+    rrr = landscapes.make("rrr", inputs=5, hidden=3, outputs=4, rank=2, n=50, device="cpu")
+    assert rrr.true_llc == rrr_llc(5, 3, 4, 2)
+    nc = landscapes.make("normal-crossing", k=(1, 2), device="cpu")
+    assert nc.true_llc == (0.25, 1)
