@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .base import ParamError, Target, as_tuple
 from .formula import compile_formula
-from .truths import normal_crossing_rlct
+from .truths import normal_crossing_llc_at, normal_crossing_rlct
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -364,6 +364,13 @@ class NormalCrossing(Target):
         self.w0 = torch.zeros(self.dim, dtype=torch.float64)
         self.bounds = ((-1.5, 1.5), (-1.5, 1.5))
         self.true_llc = normal_crossing_rlct(k, form=form)
+
+    def llc_at(self, nbeta: float = 1.0) -> float:
+        """The exact finite-temperature value t E_t[K], t = nbeta n, that an LLC estimate
+        nbeta (E[loss] - loss(0)) converges to (by quadrature; d <= 2 or the sum form)."""
+        if self.prior_std is None:
+            raise ParamError("normal-crossing.prior_std", "finite-t values need a prior (> 0)")
+        return normal_crossing_llc_at(self.k, nbeta * self.sample_size, self.prior_std, self.form)
 
     def _loss(self, w, batch):
         terms = w**self.powers

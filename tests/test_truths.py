@@ -1,12 +1,19 @@
 """Truth oracles against the reference tables (000 and 004) and against each other."""
 
 import itertools
+import math
 import random
 
 import pytest
 
 import landscapes
-from landscapes.truths import dln_llc, normal_crossing_rlct, rrr_llc, tanh_llc
+from landscapes.truths import (
+    dln_llc,
+    normal_crossing_llc_at,
+    normal_crossing_rlct,
+    rrr_llc,
+    tanh_llc,
+)
 
 # Reference 000, section 3 ("Reference values"): H (H0..HM), r, d, lambda, m (None: not given).
 DLN_TABLE = [
@@ -133,3 +140,41 @@ def test_targets_carry_their_truths():
     assert rrr.true_llc == rrr_llc(5, 3, 4, 2)
     nc = landscapes.make("normal-crossing", k=(1, 2), device="cpu")
     assert nc.true_llc == (0.25, 1)
+
+
+# Reference 004 section 5(B): t E_t[K] by quadrature, prior N(0, s^2 I), 4 printed digits.
+FINITE_T = [
+    ((1, 2), 1.0, [(1e2, 0.2057), (1e3, 0.2249), (1e4, 0.2358), (1e5, 0.2420), (1e6, 0.2455)]),
+    ((1, 1), 1.0, [(1e2, 0.3542), (1e3, 0.3903), (1e4, 0.4123), (1e5, 0.4271), (1e6, 0.4375)]),
+    ((1, 2), 0.3, [(1e3, 0.1158), (1e4, 0.1677)]),
+]
+
+
+@pytest.mark.parametrize(("k", "s", "table"), FINITE_T)
+def test_finite_t_learning_coefficient_reference_values(k, s, table):
+    for t, expected in table:
+        assert normal_crossing_llc_at(k, t, s) == pytest.approx(expected, abs=6e-5), (k, s, t)
+
+
+def test_finite_t_wbic_mapping():
+    # n -> t = n / log n (reference 004): 0.2095 / 0.3614 at n = 1e3, 0.2353 / 0.4112 at 1e5
+    for n, a, b in [(1e3, 0.2095, 0.3614), (1e4, 0.2254, 0.3912), (1e5, 0.2353, 0.4112)]:
+        t = n / math.log(n)
+        assert normal_crossing_llc_at((1, 2), t) == pytest.approx(a, abs=6e-5)
+        assert normal_crossing_llc_at((1, 1), t) == pytest.approx(b, abs=6e-5)
+
+
+@pytest.mark.parametrize("t", [1.0, 37.0, 1e4])
+@pytest.mark.parametrize("s", [0.5, 1.0, 3.0])
+def test_finite_t_closed_form_for_a_quadratic(t, s):
+    # K = w^2 under N(0, s^2): p_t = N(0, 1 / (2t + 1/s^2)), so t E[K] = t / (2t + 1/s^2)
+    exact = t / (2 * t + 1 / s**2)
+    assert normal_crossing_llc_at((1,), t, s) == pytest.approx(exact, rel=1e-9)
+    assert normal_crossing_llc_at((1, 1), t, s, form="sum") == pytest.approx(2 * exact, rel=1e-9)
+
+
+def test_finite_t_tends_to_the_rlct_from_below():
+    values = [normal_crossing_llc_at((1, 3), t) for t in (1e3, 1e5, 1e7, 1e9)]
+    assert values == sorted(values) and values[-1] < 1 / 6 < values[-1] + 0.01
+    nc = landscapes.make("normal-crossing", k=(1, 2), n=10_000, device="cpu")
+    assert nc.llc_at() == pytest.approx(0.2358, abs=6e-5)
