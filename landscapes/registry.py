@@ -27,6 +27,12 @@ P001 = "001 Yu et al., SGRLD in non-diagonal metrics"
 P003 = "003 Heber et al., TATi"
 P004 = "004 VI via resolution of singularities"
 
+SQUARED = (
+    "Loss: squared error summed over outputs, averaged over samples, with no 1/(2 sigma^2) "
+    "factor. The LLC does not depend on that scale, but step sizes do: stable steps scale as "
+    "1 / (nbeta x curvature of L_n), and the Gaussian log-likelihood is n L_n / (2 sigma^2)."
+)
+
 SEED = Param("seed", "int", 0, "random seed of the generated problem and data", 0, 2**31 - 1)
 
 
@@ -186,9 +192,9 @@ SPECS = [
     _spec(
         "dln",
         "network",
-        "Deep linear network f(x) = W_M...W_1 x on X ~ U[-10,10]^H0, Y = W0 X + N(0, 1/4); "
-        "loss: squared error summed over outputs, mean over samples. Give `widths` (and "
-        "optionally `rank`), or leave widths empty to draw a task from `size_class`.",
+        "Deep linear network f(x) = W_M...W_1 x on X ~ U[-10,10]^H0, Y = W0 X + N(0, 1/4). "
+        "Give `widths` (and optionally `rank`), or leave widths empty to draw a task from "
+        "`size_class`. " + SQUARED,
         P000,
         [
             Param(
@@ -226,7 +232,8 @@ SPECS = [
     _spec(
         "rrr",
         "network",
-        "Reduced-rank regression y = B A x + N(0, I), x ~ N(0, I); truth of rank `rank`.",
+        "Reduced-rank regression y = B A x + N(0, I), x ~ N(0, I); truth of rank `rank`. "
+        + SQUARED,
         P004,
         [
             Param("inputs", "int", 5, "input dimension M", 1, 1000),
@@ -241,7 +248,8 @@ SPECS = [
     _spec(
         "polynomial",
         "network",
-        "y = x prod_i w_i^(p_i) + noise, x ~ N(0, x_std^2), truth w = 0 (a normal crossing).",
+        "y = x prod_i w_i^(p_i) + noise, x ~ N(0, x_std^2), truth w = 0 (a normal crossing). "
+        + SQUARED,
         P004,
         [
             Param("powers", "ints", (1, 2), "powers p_i", 0, 20, length=(1, 16)),
@@ -255,7 +263,7 @@ SPECS = [
     _spec(
         "tanh",
         "network",
-        "f(x) = sum_h b_h tanh(a_h x), x ~ U[-1, 1], y = N(0, 1) (truth w = 0).",
+        "f(x) = sum_h b_h tanh(a_h x), x ~ U[-1, 1], y = N(0, 1) (truth w = 0). " + SQUARED,
         P004,
         [Param("hidden", "int", 4, "number of tanh units H", 1, 4096), n_param(5_000), SEED],
         make_tanh,
@@ -263,8 +271,8 @@ SPECS = [
     _spec(
         "mlp",
         "network",
-        "Multilayer perceptron on a dataset; mean cross-entropy for classes, "
-        "squared error for regression.",
+        "Multilayer perceptron on a dataset: mean cross-entropy for classes; for regression "
+        "data, " + SQUARED,
         P001,
         [
             Param(
@@ -290,7 +298,7 @@ SPECS = [
     _spec(
         "slp",
         "network",
-        "Single-layer perceptron (linear model) on a dataset.",
+        "Single-layer perceptron (linear model) on a dataset; losses as for mlp.",
         P003,
         [
             Param("dataset", "choice", "two-clusters", "dataset", choices=tuple(DATASETS)),
