@@ -54,10 +54,12 @@ def regression(
     draw_x: Callable[[torch.Generator, int], Tensor],
     noise_std: float,
     n: int,
-    seed: int,
+    g: torch.Generator,
 ) -> Dataset:
-    """y = truth(x) + noise_std * N(0, I), x from ``draw_x``; float64 on the CPU."""
-    g = torch_generator(seed)
+    """y = truth(x) + noise_std * N(0, I), x from ``draw_x``; float64 on the CPU.
+
+    ``g`` continues the stream the truth was drawn from, so that problems with neighbouring
+    seeds never share random numbers."""
     x = draw_x(g, n + n_test(n))
     mean = truth(x)
     y = mean + noise_std * torch.randn(mean.shape, generator=g, dtype=torch.float64)

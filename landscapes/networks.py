@@ -193,7 +193,7 @@ def make_dln(
     widths, layers = dln_truth(widths, rank, size_class, g)
     check_data_size("dln", n, widths[0] + widths[-1])
     data = datasets.regression(
-        product_map(layers), datasets.uniform_inputs(-10, 10, widths[0]), 0.5, n, seed + 1
+        product_map(layers), datasets.uniform_inputs(-10, 10, widths[0]), 0.5, n, g
     )
     return DeepLinear("dln", widths, layers, data)
 
@@ -210,9 +210,7 @@ def make_rrr(inputs: int, hidden: int, outputs: int, rank: int, n: int, seed: in
     g = datasets.torch_generator(seed)
     layers = xavier_layers([inputs, hidden, outputs], g)
     layers[0][rank:] = 0.0
-    data = datasets.regression(
-        product_map(layers), datasets.normal_inputs(1.0, inputs), 1.0, n, seed + 1
-    )
+    data = datasets.regression(product_map(layers), datasets.normal_inputs(1.0, inputs), 1.0, n, g)
     target = DeepLinear("rrr", (inputs, hidden, outputs), layers, data, names=("A", "B"))
     target.true_llc = rrr_llc(inputs, hidden, outputs, rank)
     return target
@@ -242,7 +240,11 @@ def make_polynomial(
     if not any(p > 0 for p in powers):
         raise ParamError("polynomial.powers", "at least one power must be positive")
     data = datasets.regression(
-        lambda x: torch.zeros_like(x), datasets.normal_inputs(x_std, 1), noise_std, n, seed
+        lambda x: torch.zeros_like(x),
+        datasets.normal_inputs(x_std, 1),
+        noise_std,
+        n,
+        datasets.torch_generator(seed),
     )
     return Polynomial(powers, data)
 
@@ -262,7 +264,11 @@ class TanhNet(Network):
 
 def make_tanh(hidden: int, n: int, seed: int) -> TanhNet:
     data = datasets.regression(
-        lambda x: torch.zeros_like(x), datasets.uniform_inputs(-1, 1, 1), 1.0, n, seed
+        lambda x: torch.zeros_like(x),
+        datasets.uniform_inputs(-1, 1, 1),
+        1.0,
+        n,
+        datasets.torch_generator(seed),
     )
     return TanhNet(hidden, data)
 
