@@ -156,7 +156,7 @@ SPECS = [
             n_param(10_000),
             Param("prior_std", "float", 1.0, "prior standard deviation (0: no prior)", 0.0, 1e6),
         ],
-        lambda k, form, n, prior_std: _normal_crossing(k, form, n, prior_std),
+        _normal_crossing,
     ),
     _spec(
         "harmonic",
