@@ -46,6 +46,21 @@ def _spec(name, kind, doc, paper, params, build):
     return TargetSpec(name, kind, doc, paper, tuple(params), build)
 
 
+def _normal_crossing(k, form, n, prior_std):
+    from .base import ParamError
+
+    if prior_std == 0.0 and form == "product" and len(k) > 1:
+        raise ParamError(
+            "normal-crossing.prior_std",
+            "must be > 0 for the product form with d >= 2 (exp(-n K) alone is not integrable)",
+        )
+    if form == "sum" and min(k) < 1:
+        raise ParamError("normal-crossing.k", "must all be >= 1 for the sum form")
+    if max(k) < 1:
+        raise ParamError("normal-crossing.k", "at least one k_i must be >= 1")
+    return NormalCrossing(k, form, n, prior_std or None)
+
+
 SPECS = [
     _spec(
         "gaussian",
@@ -308,21 +323,6 @@ SPECS = [
         lambda dataset, n, seed: make_mlp(dataset, (), "relu", n, seed, name="slp"),
     ),
 ]
-
-
-def _normal_crossing(k, form, n, prior_std):
-    from .base import ParamError
-
-    if prior_std == 0.0 and form == "product" and len(k) > 1:
-        raise ParamError(
-            "normal-crossing.prior_std",
-            "must be > 0 for the product form with d >= 2 (exp(-n K) alone is not integrable)",
-        )
-    if form == "sum" and min(k) < 1:
-        raise ParamError("normal-crossing.k", "must all be >= 1 for the sum form")
-    if max(k) < 1:
-        raise ParamError("normal-crossing.k", "at least one k_i must be >= 1")
-    return NormalCrossing(k, form, n, prior_std or None)
 
 
 REGISTRY: dict[str, TargetSpec] = {spec.name: spec for spec in SPECS}
