@@ -5,7 +5,7 @@ The CLI flags, RunSpec validation and the app's widgets are all generated from t
 
 from __future__ import annotations
 
-from .base import Param, TargetSpec
+from .base import Param, ParamError, TargetSpec
 from .data import DATASETS
 from .networks import SIZE_CLASSES, make_dln, make_mlp, make_polynomial, make_rrr, make_tanh
 from .potentials import (
@@ -47,7 +47,6 @@ def _spec(name, kind, doc, paper, params, build):
 
 
 def _normal_crossing(k, form, n, prior_std):
-    from .base import ParamError
 
     if prior_std == 0.0 and form == "product" and len(k) > 1:
         raise ParamError(
