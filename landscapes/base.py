@@ -9,6 +9,7 @@ dtype-agnostic: constants are made on the fly from ``w``, and data tensors move 
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,7 +192,7 @@ class TargetSpec:
 # The Target base class.
 
 
-class Target:
+class Target(ABC):
     """A loss on chain-batched positions. Subclasses implement ``_loss`` and, where cheap,
     ``_grad``; everything else (shape checks, autograd fallback, device moves) lives here.
 
@@ -280,8 +281,9 @@ class Target:
             )
         return w
 
+    @abstractmethod
     def _loss(self, w: Tensor, batch: Batch) -> Tensor:
-        raise NotImplementedError
+        """Tensor[C] for a checked position ``w: [C, d]``."""
 
     def _grad(self, w: Tensor, batch: Batch) -> Tensor:  # overridden where analytic
         return self._autograd(w, batch)[1]

@@ -14,6 +14,7 @@ the mean cross-entropy. The default nbeta is n / log n, the LLC convention (beta
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections.abc import Sequence
 
 import torch
@@ -39,8 +40,9 @@ class Network(Target):
         self.n = dataset.n
         self.nbeta = self.n / math.log(self.n) if self.n > 1 else 1.0
 
+    @abstractmethod
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        raise NotImplementedError
+        """Outputs [C, B, out] from named parameters [C, ...] and shared inputs [B, in]."""
 
     def predict(self, w: Tensor, x: Tensor) -> Tensor:
         """Outputs [C, B, out] for inputs [B, in]."""
