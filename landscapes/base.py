@@ -305,7 +305,9 @@ class Target(ABC):
             i += size
         return out
 
-    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None):
+    def to(
+        self, device: str | torch.device | None = None, dtype: torch.dtype | None = None
+    ) -> Target:
         """Move every floating tensor attribute (data, truths) to ``device``/``dtype``."""
         # An explicit index ("cuda:0", not "cuda") so that device comparisons with tensors hold.
         device = torch.empty(

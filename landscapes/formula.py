@@ -201,7 +201,7 @@ def _lookup(env: dict, key: str, src: str) -> Tensor:
     return env[key]
 
 
-def _binary(op, a: Tensor, b: Tensor) -> Tensor:
+def _binary(op: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> Tensor:
     # Constants are made on the CPU in float64; move them to the variables' device and dtype.
     if a.ndim == 0 and b.ndim > 0:
         a = a.to(b)

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from . import data as datasets
-from .base import ParamError, Target
+from .base import Batch, ParamError, Target
 from .truths import dln_llc, normal_crossing_rlct, rrr_llc, tanh_llc
 
 MAX_DATA_ELEMENTS = 200_000_000  # inputs + outputs held in memory, about 1.6 GB in float64
@@ -48,7 +48,7 @@ class Network(Target):
         """Outputs [C, B, out] for inputs [B, in]."""
         return self.forward(self.unflatten(self.check_position(w)), x.to(w))
 
-    def _loss(self, w, batch):
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         x, y = (self.x, self.y) if batch is None else batch
         return self.criterion(self.forward(self.unflatten(w), x), y)
 
@@ -61,7 +61,7 @@ class Network(Target):
     def test_loss(self, w: Tensor) -> Tensor:
         return self.criterion(self.predict(w, self.x_test), self.y_test)
 
-    def sample_batch(self, generator: torch.Generator, size: int):
+    def sample_batch(self, generator: torch.Generator, size: int) -> Batch:
         """A minibatch of ``size`` training points drawn with replacement, shared by all chains."""
         if not 1 <= size:
             raise ParamError("batch_size", f"must be >= 1, got {size}")
@@ -102,7 +102,7 @@ class DeepLinear(Network):
         self.rank = product_rank(truth)
         self.true_llc = dln_llc(self.widths, self.rank)
 
-    def forward(self, params, x):
+    def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         h = x
         for weight in params.values():
             h = torch.matmul(h, weight.transpose(-1, -2))
@@ -176,7 +176,7 @@ def dln_truth(
     return widths, layers
 
 
-def product_map(layers: list[Tensor]):
+def product_map(layers: list[Tensor]) -> Callable[[Tensor], Tensor]:
     def truth(x: Tensor) -> Tensor:
         for weight in layers:
             x = x @ weight.T
@@ -231,7 +231,7 @@ class Polynomial(Network):
         self.w0 = torch.zeros(self.dim, dtype=torch.float64)
         self.true_llc = normal_crossing_rlct(powers)
 
-    def forward(self, params, x):
+    def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         coef = (params["w"] ** self.powers).prod(-1)  # [C]
         return coef[:, None, None] * x
 
@@ -259,7 +259,7 @@ class TanhNet(Network):
         self.w0 = torch.zeros(self.dim, dtype=torch.float64)
         self.true_llc = tanh_llc(hidden)
 
-    def forward(self, params, x):
+    def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         t = torch.tanh(x[None, :, :] * params["a"][:, None, :])  # [C, B, H]
         return (t * params["b"][:, None, :]).sum(-1, keepdim=True)
 
@@ -295,7 +295,7 @@ class MLP(Network):
         super().__init__(name, layout, dataset)
         self.sizes, self.activation = tuple(sizes), activation
 
-    def forward(self, params, x):
+    def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         act = ACTIVATIONS[self.activation]
         tensors = list(params.values())
         h = x
@@ -305,7 +305,7 @@ class MLP(Network):
                 h = act(h)
         return h
 
-    def initial(self, generator, chains):
+    def initial(self, generator: torch.Generator, chains: int) -> Tensor:
         """torch.nn.Linear's default: weights and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
         parts = []
         for fan_in, fan_out in zip(self.sizes[:-1], self.sizes[1:], strict=True):

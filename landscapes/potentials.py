@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import ParamError, Target, as_tuple
+from .base import Batch, ParamError, Target, as_tuple
 from .formula import compile_formula
 from .truths import normal_crossing_llc_at, normal_crossing_rlct
 
@@ -61,13 +61,13 @@ class Gaussian(Target):
             sx, sy = (3.5 * math.sqrt(float(self.cov[i, i])) for i in (0, 1))
             self.bounds = ((-sx, sx), (-sy, sy))
 
-    def _loss(self, w, batch):
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         return 0.5 * ((w @ self.precision) * w).sum(-1)
 
-    def _grad(self, w, batch):
+    def _grad(self, w: Tensor, batch: Batch) -> Tensor:
         return w @ self.precision
 
-    def exact_sample(self, generator, chains):
+    def exact_sample(self, generator: torch.Generator, chains: int) -> Tensor:
         return _randn(generator, (chains, self.dim), self.dtype) @ self.factor.T
 
 
@@ -115,14 +115,14 @@ class TwistedGaussian(Target):
         self.chol = torch.linalg.cholesky(self.sigma)
         self.log_z = LOG_2PI + 0.5 * float(torch.logdet(self.sigma))
 
-    def _loss(self, w, batch):
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         r = self.forward(w) - self.mu
         return 0.5 * ((r @ self.sigma_inv) * r).sum(-1)
 
-    def _grad(self, w, batch):
+    def _grad(self, w: Tensor, batch: Batch) -> Tensor:
         return self.pullback(w, (self.forward(w) - self.mu) @ self.sigma_inv)
 
-    def exact_sample(self, generator, chains):
+    def exact_sample(self, generator: torch.Generator, chains: int) -> Tensor:
         y = self.mu + _randn(generator, (chains, 2), self.dtype) @ self.chol.T
         return self.inverse(y)
 
@@ -134,15 +134,15 @@ class Banana(TwistedGaussian):
         self.a, self.b = a, b
         super().__init__("banana", (0.0, 4.0), [[1.0, 0.5], [0.5, 1.0]], ((-6, 6), (-12, 3)))
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         a, b = self.a, self.b
         return torch.stack([x[:, 0] / a, a * x[:, 1] + a * b * (x[:, 0] ** 2 + a * a)], -1)
 
-    def pullback(self, x, g):
+    def pullback(self, x: Tensor, g: Tensor) -> Tensor:
         a, b = self.a, self.b
         return torch.stack([g[:, 0] / a + 2 * a * b * x[:, 0] * g[:, 1], a * g[:, 1]], -1)
 
-    def inverse(self, y):
+    def inverse(self, y: Tensor) -> Tensor:
         a, b = self.a, self.b
         x0 = a * y[:, 0]
         return torch.stack([x0, (y[:, 1] - a * b * (x0**2 + a * a)) / a], -1)
@@ -154,13 +154,13 @@ class Squiggle(TwistedGaussian):
     def __init__(self):
         super().__init__("squiggle", (0.0, 0.0), [[2.0, 0.25], [0.25, 0.5]], ((-5, 5), (-3.5, 3.5)))
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return torch.stack([x[:, 0], x[:, 1] + torch.sin(5 * x[:, 0])], -1)
 
-    def pullback(self, x, g):
+    def pullback(self, x: Tensor, g: Tensor) -> Tensor:
         return torch.stack([g[:, 0] + 5 * torch.cos(5 * x[:, 0]) * g[:, 1], g[:, 1]], -1)
 
-    def inverse(self, y):
+    def inverse(self, y: Tensor) -> Tensor:
         return torch.stack([y[:, 0], y[:, 1] - torch.sin(5 * y[:, 0])], -1)
 
 
@@ -180,17 +180,17 @@ class Donut(Target):
         )
         self.log_z = math.log(2 * math.pi * radial)
 
-    def _loss(self, w, batch):
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         r = torch.linalg.vector_norm(w, dim=-1)
         return (r - self.radius) ** 2 / self.width
 
-    def _grad(self, w, batch):
+    def _grad(self, w: Tensor, batch: Batch) -> Tensor:
         r = torch.linalg.vector_norm(w, dim=-1, keepdim=True)
         # At the origin the energy has a cone point; 0 is its (sub)gradient of least norm.
         unit = torch.where(r > 0, w / r.clamp_min(torch.finfo(w.dtype).tiny), torch.zeros_like(w))
         return 2 * (r - self.radius) / self.width * unit
 
-    def exact_sample(self, generator, chains):
+    def exact_sample(self, generator: torch.Generator, chains: int) -> Tensor:
         # Radius by rejection from N(m, s^2) with m the mode of r exp(-(r-R)^2/(2 s^2)): the
         # ratio target/proposal is proportional to r exp(-r/m), so accept with (r/m) e^(1 - r/m).
         s2, mu = self.width / 2, self.radius
@@ -241,10 +241,10 @@ class Mixture(Target):
             - 0.5 * (diff * diff).sum(-1) / self.variances
         ), diff
 
-    def _loss(self, w, batch):
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         return -torch.logsumexp(self._log_components(w)[0], dim=-1)
 
-    def _grad(self, w, batch):
+    def _grad(self, w: Tensor, batch: Batch) -> Tensor:
         logc, diff = self._log_components(w)
         resp = torch.softmax(logc, dim=-1)  # [C, K]
         return ((resp / self.variances)[..., None] * diff).sum(1)
@@ -258,7 +258,7 @@ class Mixture(Target):
 
         return logpdf
 
-    def exact_sample(self, generator, chains):
+    def exact_sample(self, generator: torch.Generator, chains: int) -> Tensor:
         k = torch.randint(len(self.MEANS), (chains,), generator=generator, device=generator.device)
         z = _randn(generator, (chains, 2), self.dtype)
         return self.means[k] + self.variances[k].sqrt()[:, None] * z
@@ -282,7 +282,7 @@ class Funnel(Target):
             torch.tensor([math.exp(var / 2)] * (dim - 1) + [var], dtype=torch.float64)
         )
 
-    def _loss(self, w, batch):
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         x, v = w[:, :-1], w[:, -1]
         return (
             v * v / (2 * self.SCALE**2)
@@ -290,13 +290,13 @@ class Funnel(Target):
             + 0.5 * (x * x).sum(-1) * torch.exp(-v)
         )
 
-    def _grad(self, w, batch):
+    def _grad(self, w: Tensor, batch: Batch) -> Tensor:
         x, v = w[:, :-1], w[:, -1]
         ev = torch.exp(-v)
         gv = v / self.SCALE**2 + 0.5 * (self.dim - 1) - 0.5 * (x * x).sum(-1) * ev
         return torch.cat([x * ev[:, None], gv[:, None]], -1)
 
-    def exact_sample(self, generator, chains):
+    def exact_sample(self, generator: torch.Generator, chains: int) -> Tensor:
         v = self.SCALE * _randn(generator, (chains, 1), self.dtype)
         x = torch.exp(v / 2) * _randn(generator, (chains, self.dim - 1), self.dtype)
         return torch.cat([x, v], -1)
@@ -322,7 +322,7 @@ class SoftplusFunnel(Target):
         self.log_z = 0.5 * (dim - 1) * LOG_2PI + 0.5 * (LOG_2PI + math.log(sigma2))
         self.marginals = {dim - 1: _normal_logpdf(sigma2)}
 
-    def _loss(self, w, batch):
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         x, v = w[:, :-1] - self.mu, w[:, -1]
         logsp = log_softplus(v)
         return (
@@ -331,7 +331,7 @@ class SoftplusFunnel(Target):
             + v * v / (2 * self.sigma2)
         )
 
-    def _grad(self, w, batch):
+    def _grad(self, w: Tensor, batch: Batch) -> Tensor:
         x, v = w[:, :-1] - self.mu, w[:, -1]
         logsp = log_softplus(v)
         inv_sp = torch.exp(-logsp)
@@ -343,7 +343,7 @@ class SoftplusFunnel(Target):
         )
         return torch.cat([x * inv_sp[:, None], gv[:, None]], -1)
 
-    def exact_sample(self, generator, chains):
+    def exact_sample(self, generator: torch.Generator, chains: int) -> Tensor:
         v = math.sqrt(self.sigma2) * _randn(generator, (chains, 1), self.dtype)
         z = _randn(generator, (chains, self.dim - 1), self.dtype)
         return torch.cat([self.mu + torch.exp(0.5 * log_softplus(v)) * z, v], -1)
@@ -372,12 +372,12 @@ class NormalCrossing(Target):
             raise ParamError("normal-crossing.prior_std", "finite-t values need a prior (> 0)")
         return normal_crossing_llc_at(self.k, nbeta * self.sample_size, self.prior_std, self.form)
 
-    def _loss(self, w, batch):
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         terms = w**self.powers
         k = terms.prod(-1) if self.form == "product" else terms.sum(-1)
         return self.sample_size * k
 
-    def _grad(self, w, batch):
+    def _grad(self, w: Tensor, batch: Batch) -> Tensor:
         p = self.powers
         dterms = p * w ** (p - 1).clamp_min(0)
         if self.form == "sum":
@@ -399,5 +399,5 @@ class Custom(Target):
         self.name, self.layout = "custom", {"w": (self.dim,)}
         self.bounds = ((-3.0, 3.0), (-3.0, 3.0))
 
-    def _loss(self, w, batch):
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         return self.energy(w)
