@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import torch
 
-from .base import Param, ParamError, Target, TargetSpec, resolve_device, resolve_dtype
+from .base import Param, ParamError, Spec, Target, TargetSpec, resolve_device, resolve_dtype
 from .registry import REGISTRY
 
-__all__ = ["REGISTRY", "Param", "ParamError", "Target", "TargetSpec", "make", "resolve_device"]
+__all__ = [
+    "REGISTRY",
+    "Param",
+    "ParamError",
+    "Spec",
+    "Target",
+    "TargetSpec",
+    "make",
+    "resolve_device",
+]
 
 
 def make(

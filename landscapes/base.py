@@ -155,15 +155,15 @@ class Param:
 
 
 @dataclass(frozen=True)
-class TargetSpec:
-    """A registry entry: how to build a target and what each of its parameters means."""
+class Spec:
+    """A registry entry (a target or a kernel): how to build it and what its parameters mean."""
 
     name: str
-    kind: str  # "potential" or "network"
+    kind: str  # targets: "potential" or "network"; kernels: their family
     doc: str
     paper: str
     params: tuple[Param, ...]
-    build: Callable[..., Target] = field(repr=False)
+    build: Callable[..., Any] = field(repr=False)
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -186,6 +186,9 @@ class TargetSpec:
         out = self.defaults()
         out.update(params)
         return {p.name: p.check(out[p.name], self.name) for p in self.params}
+
+
+TargetSpec = Spec
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,171 @@
+"""The Kernel contract: chain-batched states, the posterior they target, divergence containment.
+
+Every kernel targets U(w) = nbeta L(w) + (localization / 2) |w - center|^2 + prior(w), on all C
+chains at once. ``step`` never synchronises with the host: no ``.item()``, no Python branch on a
+tensor value; divergence is handled with masks, so a chain that turns NaN/Inf is frozen where it
+was and flagged while the others go on untouched.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from landscapes import Target
+from landscapes.base import Batch
+
+
+@dataclass
+class State:
+    """One position per chain plus what the kernel carries between steps: ``aux`` holds
+    kernel-specific per-chain tensors (momentum, preconditioner statistics, cached energy)."""
+
+    position: Tensor  # [C, d]
+    center: Tensor  # [C, d]: the localisation centre (the starting point)
+    diverged: Tensor  # [C] bool: frozen after a NaN/Inf
+    step: int = 0  # steps taken (a host counter, never read from the device)
+    aux: dict[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Info:
+    """Per-chain results of one step."""
+
+    loss: Tensor  # [C]: L as the step evaluated it (SG kernels: L_batch(w_t); MH: at w_{t+1})
+    accepted: Tensor  # [C] float: 1 where an MH proposal was accepted (1 for kernels without MH)
+    diverged: Tensor  # [C] bool
+
+
+@dataclass
+class Energy:
+    """U and its pieces at a position, for one batch."""
+
+    loss: Tensor  # L [C]
+    loss_grad: Tensor  # grad L [C, d] (what adaptive preconditioners adapt on)
+    value: Tensor  # U [C]
+    grad: Tensor  # grad U [C, d]
+
+
+class Kernel(ABC):
+    """A sampler with validated hyperparameters. Subclasses write ``update``: the equation.
+
+    ``minibatch``: whether the kernel uses ``batch_size`` minibatches (stochastic-gradient kernels);
+    MH kernels always use the full data, because their acceptance needs the exact U.
+    """
+
+    name = "kernel"
+    minibatch = False
+
+    def __init__(self, **params: Any):
+        self.params = params
+        for key, value in params.items():
+            setattr(self, key, value)
+
+    # -- the contract ------------------------------------------------------------------------
+    def init(self, position: Tensor, target: Target, generator: torch.Generator) -> State:
+        """Start all chains at ``position`` ([C, d]); the localisation centre is that point."""
+        position = target.check_position(position)
+        chains = position.shape[0]
+        state = State(
+            position=position.clone(),
+            center=position.clone(),
+            diverged=torch.zeros(chains, dtype=torch.bool, device=position.device),
+        )
+        state.aux = self.start(state, target, generator)
+        state.diverged = ~self._finite(state)
+        return state
+
+    def step(self, state: State, target: Target, generator: torch.Generator) -> tuple[State, Info]:
+        batch = self._batch(target, generator)
+        new, info_loss, accepted = self.update(state, target, batch, generator)
+        return self._contain(state, new, info_loss, accepted)
+
+    def run(
+        self, state: State, target: Target, generator: torch.Generator, steps: int
+    ) -> tuple[State, Info]:
+        """``steps`` steps; returns the final state and the Info of every step stacked [T, C]."""
+        infos = []
+        for _ in range(steps):
+            state, info = self.step(state, target, generator)
+            infos.append(info)
+        stack = {
+            k: torch.stack([getattr(i, k) for i in infos]) for k in ("loss", "accepted", "diverged")
+        }
+        return state, Info(**stack)
+
+    # -- what each kernel writes -------------------------------------------------------------
+    def start(self, state: State, target: Target, generator: torch.Generator) -> dict[str, Tensor]:
+        """Kernel-specific per-chain tensors (momentum, statistics); none by default."""
+        return {}
+
+    @abstractmethod
+    def update(
+        self, state: State, target: Target, batch: Batch, generator: torch.Generator
+    ) -> tuple[State, Tensor, Tensor]:
+        """One step of the kernel's equation: (new state, loss to report, accepted [C] float)."""
+
+    # -- shared pieces ---------------------------------------------------------------------------
+    def nbeta_for(self, target: Target) -> float:
+        nbeta = self.params.get("nbeta")
+        return target.nbeta if nbeta is None else nbeta
+
+    def energy(self, w: Tensor, state: State, target: Target, batch: Batch) -> Energy:
+        """U = nbeta L + (localization/2)|w - center|^2 + prior, and its gradient."""
+        loss, loss_grad = target.loss_and_grad(w, batch)
+        nbeta = self.nbeta_for(target)
+        loc = self.params.get("localization", 0.0)
+        diff = w - state.center
+        value = nbeta * loss + 0.5 * loc * (diff * diff).sum(-1) + target.prior_energy(w)
+        grad = nbeta * loss_grad + loc * diff + target.prior_grad(w)
+        return Energy(loss, loss_grad, value, grad)
+
+    def _batch(self, target: Target, generator: torch.Generator) -> Batch:
+        size = self.params.get("batch_size")
+        if not self.minibatch or size is None or target.n is None or size >= target.n:
+            return None
+        return target.sample_batch(generator, size)
+
+    @staticmethod
+    def _finite(state: State) -> Tensor:
+        ok = torch.isfinite(state.position).all(-1)
+        for value in state.aux.values():
+            if value.is_floating_point() and value.ndim >= 1:
+                ok &= torch.isfinite(value.reshape(value.shape[0], -1)).all(-1)
+        return ok
+
+    def _contain(
+        self, old: State, new: State, loss: Tensor, accepted: Tensor
+    ) -> tuple[State, Info]:
+        """Freeze chains whose new state (or the loss the step saw) is not finite."""
+        diverged = old.diverged | ~self._finite(new) | ~torch.isfinite(loss)
+        keep = diverged[:, None]
+        frozen = replace(
+            new,
+            position=torch.where(keep, old.position, new.position),
+            diverged=diverged,
+            step=old.step + 1,
+            aux={k: _where_chain(diverged, old.aux[k], v) for k, v in new.aux.items()},
+        )
+        info = Info(
+            loss=torch.where(diverged, torch.full_like(loss, math.nan), loss),
+            accepted=torch.where(diverged, torch.zeros_like(accepted), accepted),
+            diverged=diverged,
+        )
+        return frozen, info
+
+
+def _where_chain(mask: Tensor, old: Tensor, new: Tensor) -> Tensor:
+    return torch.where(mask.reshape(-1, *([1] * (new.ndim - 1))), old, new)
+
+
+def normal(generator: torch.Generator, like: Tensor) -> Tensor:
+    return torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype)
+
+
+def uniform(generator: torch.Generator, like: Tensor) -> Tensor:
+    return torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype)

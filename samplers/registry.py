@@ -1,0 +1,160 @@
+"""The kernel registry: name -> spec (parameters with default, range, doc; paper; builder)."""
+
+from __future__ import annotations
+
+from landscapes import Param, Spec
+
+from .mcmc import HMC, MALA, RWMH
+from .sgmcmc import SGHMC, SGLD, SGNHT, ULA, AdamSGLD, RMSPropSGLD
+from .splitting import SCHEMES, Splitting
+
+P000 = "000 Hitchcock & Hoogland, local posterior sampling benchmark"
+P003 = "003 Heber et al., TATi"
+
+STEP = Param("step_size", "float", 1e-3, "step size epsilon", 1e-12, 10.0)
+NBETA = Param(
+    "nbeta",
+    "float",
+    None,
+    "n beta, the weight of the loss (empty: the target's: 1 "
+    "for potentials, n / log n for networks)",
+    1e-12,
+    1e12,
+    optional=True,
+)
+LOC = Param(
+    "localization", "float", 0.0, "gamma: pull towards the start, (gamma/2)|w - w0|^2", 0.0, 1e12
+)
+BATCH = Param(
+    "batch_size", "int", None, "minibatch size (empty: full batch)", 1, 10_000_000, optional=True
+)
+VARIANT = Param(
+    "variant",
+    "choice",
+    "corrected",
+    "corrected (temperature-correct, default) or paper (as printed, for comparison)",
+    choices=("corrected", "paper"),
+)
+FRICTION = Param("friction", "float", 1.0, "friction gamma (rate of the O step)", 0.0, 1e6)
+TEMPERATURE = Param("temperature", "float", 1.0, "temperature T (target exp(-U/T))", 1e-6, 1e6)
+SG = (STEP, NBETA, LOC, BATCH)
+MH = (STEP, NBETA, LOC)
+
+
+def _fixed_scheme(scheme: str):
+    return lambda **params: Splitting(scheme=scheme, **params)
+
+
+def _spec(name, kind, doc, paper, params, build):
+    return Spec(name, kind, doc, paper, tuple(params), build)
+
+
+SPECS = [
+    _spec("sgld", "sgmcmc", SGLD.__doc__, P000 + ", Alg. 1", SG, SGLD),
+    _spec(
+        "rmsprop-sgld",
+        "sgmcmc",
+        RMSPropSGLD.__doc__,
+        P000 + ", Alg. 3",
+        [
+            *SG,
+            Param("a", "float", 0.1, "stability constant a", 0.0, 1e6),
+            Param("b", "float", 0.99, "EMA rate b of the squared gradient", 0.0, 0.999999),
+        ],
+        RMSPropSGLD,
+    ),
+    _spec(
+        "adam-sgld",
+        "sgmcmc",
+        AdamSGLD.__doc__,
+        P000 + ", Alg. 2",
+        [
+            *SG,
+            Param("a", "float", 0.1, "stability constant a", 0.0, 1e6),
+            Param("b1", "float", 0.9, "EMA rate b1 of the gradient", 0.0, 0.999999),
+            Param("b2", "float", 0.999, "EMA rate b2 of the squared gradient", 0.0, 0.999999),
+        ],
+        AdamSGLD,
+    ),
+    _spec(
+        "sghmc",
+        "sgmcmc",
+        SGHMC.__doc__,
+        P000 + ", Alg. 4",
+        [
+            *SG,
+            Param(
+                "friction",
+                "float",
+                0.1,
+                "friction alpha (fraction of p damped per step)",
+                1e-9,
+                1.0,
+            ),
+            VARIANT,
+        ],
+        SGHMC,
+    ),
+    _spec(
+        "sgnht",
+        "sgmcmc",
+        SGNHT.__doc__,
+        P000 + ", Alg. 5",
+        [
+            *SG,
+            Param(
+                "friction", "float", 0.1, "initial friction alpha_0 (and the diffusion)", 1e-9, 1.0
+            ),
+            VARIANT,
+        ],
+        SGNHT,
+    ),
+    _spec("ula", "mcmc", "Unadjusted Langevin: SGLD's update on the full data.", P000, MH, ULA),
+    _spec("mala", "mcmc", MALA.__doc__, P000 + " (section 5 extras)", MH, MALA),
+    _spec(
+        "hmc",
+        "mcmc",
+        HMC.__doc__,
+        P003 + ", eq. 15",
+        [
+            *MH,
+            Param(
+                "leapfrog_steps",
+                "int",
+                10,
+                "leapfrog steps per iteration (maximum with jitter)",
+                1,
+                1000,
+            ),
+            Param("jitter", "bool", False, "draw the number of leapfrog steps per chain and step"),
+        ],
+        HMC,
+    ),
+    _spec("rwmh", "mcmc", RWMH.__doc__, "Metropolis et al. (1953)", MH, RWMH),
+    *[
+        _spec(
+            name,
+            "splitting",
+            f"Langevin splitting '{scheme}'. " + Splitting.__doc__,
+            P003,
+            [*SG, FRICTION, TEMPERATURE],
+            lambda scheme=scheme, **kw: Splitting(scheme=scheme, **kw),
+        )
+        for name, scheme in SCHEMES.items()
+    ],
+    _spec(
+        "splitting",
+        "splitting",
+        "Langevin splitting with any scheme of the letters A, B, O (e.g. ABOBA).",
+        P003,
+        [
+            *SG,
+            FRICTION,
+            TEMPERATURE,
+            Param("scheme", "str", "BAOAB", "letters A (drift), B (kick), O (thermostat)"),
+        ],
+        Splitting,
+    ),
+]
+
+REGISTRY: dict[str, Spec] = {spec.name: spec for spec in SPECS}
