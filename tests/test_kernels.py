@@ -1,0 +1,343 @@
+"""Kernels against exact answers.
+
+- Linear kernels on a Gaussian: the exact stationary covariance of the discretised dynamics is
+  computed here, independently of the kernel code, from the linear recursion of each update
+  (a discrete Lyapunov equation per eigen-direction); the sampled covariance must match it.
+- MH kernels and BAOAB on the 2-D teaching potentials: chains started at exact draws stay
+  exactly distributed (MH) or nearly (BAOAB at a small step); KS against fresh exact draws.
+- Reference 000's quadratic closed form; minibatch vs full batch; divergence containment.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import linalg, stats
+
+import landscapes
+import samplers
+from samplers.mcmc import log_q
+
+C = 4000
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def gaussian_target():
+    return landscapes.make(
+        "gaussian", dim=2, scales=(0.6, 1.4), rotate=True, seed=4, device="cpu", dtype="float64"
+    )
+
+
+def stationary_samples(kernel, target, burn, keep, thin, chains=C, seed=1, start=None):
+    g = gen(seed)
+    x0 = target.exact_sample(g, chains) if start is None else start
+    state = kernel.init(x0, target, g)
+    state, _ = kernel.run(state, target, g, burn)
+    out = []
+    for _ in range(keep):
+        state, _ = kernel.run(state, target, g, thin)
+        out.append(state.position)
+    assert not state.diverged.any()
+    return torch.stack(out)  # [keep, C, d]
+
+
+# --- exact stationary covariances of linear recursions, per eigenvalue lam of the precision ---
+
+
+def lyapunov_variance(m, noise):
+    """Stationary covariance of z' = M z + N xi; returns the position variance (entry 0,0)."""
+    s = linalg.solve_discrete_lyapunov(np.asarray(m), np.asarray(noise) @ np.asarray(noise).T)
+    return s[0, 0]
+
+
+def ula_var(lam, eps):
+    return lyapunov_variance([[1 - eps * lam / 2]], [[math.sqrt(eps)]])
+
+
+def sghmc_var(lam, eps, alpha, variant):
+    s = math.sqrt(2 * alpha * eps)
+    if variant == "paper":  # p' = (1-a) p - eps/2 lam w + s xi;  w' = w + p (old)
+        return lyapunov_variance([[1, 1], [-eps * lam / 2, 1 - alpha]], [[0], [s]])
+    # p' = (1-a) p - eps lam w + s xi;  w' = w + p'
+    return lyapunov_variance([[1 - eps * lam, 1 - alpha], [-eps * lam, 1 - alpha]], [[s], [s]])
+
+
+def splitting_var(scheme, lam, h, gamma, temp):
+    """Compose the letters' linear maps on z = (w, p) with the noise they inject."""
+    m, noise = np.eye(2), np.zeros((2, 0))
+    for letter in scheme:
+        dt = h / scheme.count(letter)
+        if letter == "A":
+            step, extra = np.array([[1, dt], [0, 1]]), np.zeros((2, 1))
+        elif letter == "B":
+            step, extra = np.array([[1, 0], [-dt * lam, 1]]), np.zeros((2, 1))
+        else:
+            a = math.exp(-gamma * dt)
+            step, extra = (
+                np.array([[1, 0], [0, a]]),
+                np.array([[0], [math.sqrt(temp * (1 - a * a))]]),
+            )
+        m, noise = step @ m, np.hstack([step @ noise, extra])
+    return lyapunov_variance(m, noise)
+
+
+def eigen_variances(samples, target):
+    """Sample variance along each eigenvector of the precision, with its standard error."""
+    lam, vec = torch.linalg.eigh(target.precision)
+    proj = samples.reshape(-1, samples.shape[-1]) @ vec
+    var = proj.var(0)
+    # chains are independent; draws of one chain `thin` steps apart count as independent-ish,
+    # so the standard error uses the number of chains only (conservative)
+    se = var * math.sqrt(2 / samples.shape[1])
+    return lam.numpy(), var.numpy(), se.numpy()
+
+
+LINEAR = {
+    "ula": ({"step_size": 0.05}, lambda lam: ula_var(lam, 0.05)),
+    "sgld": ({"step_size": 0.2}, lambda lam: ula_var(lam, 0.2)),
+    "sghmc": (
+        {"step_size": 0.02, "friction": 0.1},
+        lambda lam: sghmc_var(lam, 0.02, 0.1, "corrected"),
+    ),
+    "sghmc-paper": (
+        {"step_size": 0.02, "friction": 0.1, "variant": "paper"},
+        lambda lam: sghmc_var(lam, 0.02, 0.1, "paper"),
+    ),
+    "baoab": (
+        {"step_size": 0.5, "friction": 1.0},
+        lambda lam: splitting_var("BAOAB", lam, 0.5, 1.0, 1.0),
+    ),
+    "gla1": (
+        {"step_size": 0.2, "friction": 2.0},
+        lambda lam: splitting_var("BAO", lam, 0.2, 2.0, 1.0),
+    ),
+    "gla2": (
+        {"step_size": 0.3, "friction": 0.5, "temperature": 2.0},
+        lambda lam: splitting_var("BOBA", lam, 0.3, 0.5, 2.0),
+    ),
+    "splitting": (
+        {"step_size": 0.4, "friction": 1.0, "scheme": "ABOBA"},
+        lambda lam: splitting_var("ABOBA", lam, 0.4, 1.0, 1.0),
+    ),
+}
+
+
+@pytest.mark.parametrize("key", sorted(LINEAR))
+def test_linear_kernels_match_their_exact_stationary_covariance(key):
+    params, exact = LINEAR[key]
+    kernel = samplers.make(key.split("-")[0], **params)
+    target = gaussian_target()
+    samples = stationary_samples(kernel, target, burn=600, keep=10, thin=40)
+    lam, var, se = eigen_variances(samples, target)
+    for lam_i, var_i, se_i in zip(lam, var, se, strict=True):
+        predicted = exact(lam_i)
+        # ~5 SE with the conservative per-chain count (10 draws per chain are nearly independent)
+        assert abs(var_i - predicted) < 5 * se_i, (key, lam_i, var_i, predicted)
+    assert abs(samples.mean((0, 1))).max() < 0.05
+
+
+def test_baoab_is_exact_in_configuration_for_a_gaussian():
+    # the Lyapunov solution reproduces the known property: BAOAB's position variance is T / lam
+    for lam in (0.3, 1.0, 3.0):
+        for h in (0.1, 0.5, 1.0):
+            assert splitting_var("BAOAB", lam, h, 1.0, 1.5) == pytest.approx(1.5 / lam, rel=1e-9)
+    # and the exact ULA bias of the TATi form 1 / (beta a (1 - eps a / 2)) at eps_ours = 2 eps
+    a, eps = 2.0, 0.1
+    assert ula_var(a, 2 * eps) == pytest.approx(1 / (a * (1 - eps * a / 2)), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["mala", "hmc", "rwmh"])
+def test_exact_kernels_on_a_gaussian(name):
+    params = {
+        "mala": {"step_size": 0.3},
+        "hmc": {"step_size": 0.3, "leapfrog_steps": 5},
+        "rwmh": {"step_size": 0.8},
+    }[name]
+    target = gaussian_target()
+    samples = stationary_samples(samplers.make(name, **params), target, burn=20, keep=10, thin=10)
+    lam, var, se = eigen_variances(samples, target)
+    np.testing.assert_array_less(np.abs(var - 1 / lam), 5 * se)
+
+
+# --- MH kernels and BAOAB on the teaching potentials ----------------------------------------
+
+KS_CASES = {
+    "mala": {"step_size": 0.05},
+    "hmc": {"step_size": 0.1, "leapfrog_steps": 5, "jitter": True},
+    "rwmh": {"step_size": 0.5},
+    "baoab": {"step_size": 0.01, "friction": 1.0},
+}
+POTENTIAL_PARAMS = {"banana": {}, "mixture": {}, "squiggle": {}, "funnel": {"dim": 2}}
+
+
+@pytest.mark.parametrize("kernel_name", sorted(KS_CASES))
+@pytest.mark.parametrize("target_name", sorted(POTENTIAL_PARAMS))
+def test_marginals_match_exact_draws(kernel_name, target_name):
+    """Chains started at exact draws must stay distributed as the target; the final states of
+    C independent chains are C independent draws, so the KS bound uses n = C exactly."""
+    target = landscapes.make(
+        target_name, device="cpu", dtype="float64", **POTENTIAL_PARAMS[target_name]
+    )
+    kernel = samplers.make(kernel_name, **KS_CASES[kernel_name])
+    g = gen(7)
+    state = kernel.init(target.exact_sample(g, C), target, g)
+    state, info = kernel.run(state, target, g, 60 if kernel_name == "hmc" else 150)
+    assert not state.diverged.any()
+    reference = target.exact_sample(gen(8), 20_000)
+    for i in range(2):
+        ks = stats.ks_2samp(state.position[:, i].numpy(), reference[:, i].numpy())
+        assert ks.pvalue > 1e-4, (kernel_name, target_name, i, ks)
+    if kernel_name in ("mala", "hmc", "rwmh"):
+        assert info.accepted.mean() > 0.2
+
+
+def test_hmc_jitter_draws_trajectory_lengths_per_chain():
+    target = gaussian_target()
+    fixed = samplers.make("hmc", step_size=0.1, leapfrog_steps=6)
+    jitter = samplers.make("hmc", step_size=0.1, leapfrog_steps=6, jitter=True)
+    x0 = target.exact_sample(gen(0), 64)
+    moved = []
+    for k in (fixed, jitter):
+        g = gen(1)
+        s = k.init(x0, target, g)
+        s, _ = k.step(s, target, g)
+        moved.append((s.position - x0).norm(dim=-1))
+    # with jitter, distances vary more across chains than the fixed-length ones do
+    assert moved[1].std() > 0 and not torch.equal(moved[0], moved[1])
+
+
+def test_mala_acceptance_reference_vector():
+    # devinterp's unit-test vector (reference 000 section 5): A = 0.6661436 and 0.9692332
+    for prev, g_prev, u_prev, cur, g_cur, u_cur, eps, expected in [
+        ((0, 0), (0, 0), 0.0, (1.5, 5.5), (1.5, 5.5), 16.25, 0.1, 0.6661436),
+        ((1, 1), (1, 1), 1.0, (1.5, 0.5), (1.5, 0.5), 1.25, 0.5, 0.9692332),
+    ]:
+        t = [torch.tensor([v], dtype=torch.float64) for v in (prev, g_prev, cur, g_cur)]
+        log_a = u_prev - u_cur + log_q(t[0], t[2], t[3], eps) - log_q(t[2], t[0], t[1], eps)
+        assert min(1.0, math.exp(log_a.item())) == pytest.approx(expected, abs=1e-6)
+
+
+# --- reference 000, section 7: the quadratic closed form -------------------------------------
+
+
+def quadratic_llc(name, steps, chains=2000, **params):
+    """E[nbeta L] for L = w0^2 + 0.3 w1^2 + 3 w2^2, nbeta = 1000, localization 1, from w0 = 0."""
+    target = landscapes.make(
+        "custom", formula="w0**2 + 0.3 * w1**2 + 3 * w2**2", device="cpu", dtype="float64"
+    )
+    kernel = samplers.make(name, nbeta=1000.0, localization=1.0, **params)
+    g = gen(3)
+    state = kernel.init(torch.zeros(chains, 3, dtype=torch.float64), target, g)
+    state, _ = kernel.run(state, target, g, steps // 2)
+    state, info = kernel.run(state, target, g, steps // 2)
+    assert not info.diverged.any()
+    return 1000.0 * info.loss.mean().item(), 1000.0 * info.loss.mean(0).std().item() / math.sqrt(
+        chains
+    )
+
+
+def test_sgld_quadratic_closed_form():
+    c, nbeta, gamma, eps = np.array([1, 0.3, 3]), 1000.0, 1.0, 1e-4
+    k = 2 * nbeta * c + gamma
+    exact = float((nbeta * c / (k * (1 - eps * k / 4))).sum())
+    assert exact == pytest.approx(1.6210, abs=1e-4)  # the reference's number
+    got, se = quadratic_llc("sgld", 4000, step_size=eps)
+    assert abs(got - exact) < 0.02 * exact and abs(got - exact) < 5 * se + 0.005 * exact
+
+
+@pytest.mark.parametrize("name", ["sghmc", "sgnht"])
+def test_momentum_kernels_quadratic_closed_form_and_the_paper_factor_two(name):
+    c, nbeta, gamma, eps, alpha = np.array([1, 0.3, 3]), 1000.0, 1.0, 1e-6, 0.1
+    k = 2 * nbeta * c + gamma
+    limit = float((nbeta * c / k).sum())  # 1.4988, about d/2
+    got, se = quadratic_llc(name, 2000, step_size=eps, friction=alpha)
+    assert abs(got - limit) < 0.03 * limit, (name, got, limit)
+    if name == "sghmc":  # the printed form samples at twice the temperature
+        exact = sum(nbeta * ci * sghmc_var(ki, eps, alpha, "paper") for ci, ki in zip(c, k))
+        assert exact == pytest.approx(3.05, abs=0.01)  # the reference's "as printed" figure
+        paper, se = quadratic_llc(name, 2000, step_size=eps, friction=alpha, variant="paper")
+        assert abs(paper - exact) < 0.03 * exact and paper / limit > 1.9, (paper, exact)
+
+
+# --- minibatches, divergence, bad input -------------------------------------------------------
+
+
+def test_minibatch_stationary_loss_matches_full_batch():
+    """At a small step the minibatch noise, (eps/4) nbeta^2 Var(g), is negligible, so the
+    stationary full-data loss must agree with full-batch SGLD within Monte Carlo error."""
+    target = landscapes.make(
+        "rrr", inputs=3, hidden=2, outputs=2, rank=1, n=200, seed=2, device="cpu", dtype="float64"
+    )
+    means, ses = [], []
+    for batch in (None, 20):
+        kernel = samplers.make("sgld", step_size=1e-4, localization=100.0, batch_size=batch)
+        g = gen(5)
+        state = kernel.init(target.initial(g, 500), target, g)
+        state, _ = kernel.run(state, target, g, 300)
+        snapshots = []
+        for _ in range(5):  # 5 snapshots 60 steps apart (about one relaxation time)
+            state, _ = kernel.run(state, target, g, 60)
+            snapshots.append(target.loss(state.position))
+        per_chain = torch.stack(snapshots).mean(0)
+        means.append(per_chain.mean().item())
+        ses.append(per_chain.std().item() / math.sqrt(per_chain.numel()))
+    assert abs(means[0] - means[1]) < 5 * math.hypot(*ses), (means, ses)
+
+
+@pytest.mark.parametrize("name", sorted(samplers.REGISTRY))
+def test_a_nan_chain_is_frozen_and_flagged_and_the_others_are_untouched(name):
+    target = landscapes.make("banana", device="cpu", dtype="float64")
+    kernel = samplers.make(name, step_size=0.01)
+    x0 = target.exact_sample(gen(0), 6)
+    runs = []
+    for poison in (False, True):
+        g = gen(1)
+        state = kernel.init(x0, target, g)
+        if poison:
+            state.position[2, 1] = math.nan
+        state, info = kernel.run(state, target, g, 20)
+        runs.append((state, info))
+    (clean, _), (dirty, info) = runs
+    assert info.diverged[:, 2].all() and not info.diverged[:, [0, 1, 3, 4, 5]].any()
+    assert torch.isnan(dirty.position[2, 1]) and dirty.position[2, 0] == x0[2, 0]
+    others = [0, 1, 3, 4, 5]
+    assert torch.equal(dirty.position[others], clean.position[others])
+    assert torch.isnan(info.loss[:, 2]).all()
+
+
+def test_divergence_during_a_run_is_caught():
+    # SGLD with a huge step on the banana overflows; such chains stop where they were finite
+    target = landscapes.make("banana", device="cpu", dtype="float64")
+    kernel = samplers.make("sgld", step_size=5.0)
+    g = gen(2)
+    state = kernel.init(target.exact_sample(g, 64), target, g)
+    state, info = kernel.run(state, target, g, 200)
+    assert state.diverged.any()
+    assert torch.isfinite(state.position).all()
+    assert info.diverged.sum(1).max() == state.diverged.sum()  # the count is reported per step
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "fragment"),
+    [
+        ("sgld", {"step_size": -1.0}, "sgld.step_size: must be a number in [1e-12, 10]"),
+        ("sgld", {"step": 0.1}, "unknown parameter"),
+        ("sgld", {"batch_size": 0}, "sgld.batch_size"),
+        ("rmsprop-sgld", {"b": 1.0}, "rmsprop-sgld.b"),
+        ("sghmc", {"friction": 2.0}, "sghmc.friction: must be a number in [1e-09, 1]"),
+        ("sghmc", {"variant": "literal"}, "['corrected', 'paper']"),
+        ("hmc", {"leapfrog_steps": 0}, "hmc.leapfrog_steps"),
+        ("baoab", {"temperature": 0.0}, "baoab.temperature"),
+        ("splitting", {"scheme": "BAXAB"}, "letters A, B, O"),
+        ("splitting", {"scheme": "BAB"}, "each at least once"),
+        ("nuts", {}, "unknown sampler 'nuts'"),
+    ],
+)
+def test_bad_hyperparameters_raise_value_errors_naming_them(name, params, fragment):
+    with pytest.raises(ValueError, match=None) as info:
+        samplers.make(name, **params)
+    assert fragment in str(info.value), str(info.value)
