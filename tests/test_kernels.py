@@ -254,12 +254,14 @@ def test_momentum_kernels_quadratic_closed_form_and_the_paper_factor_two(name):
     c, nbeta, gamma, eps, alpha = np.array([1, 0.3, 3]), 1000.0, 1.0, 1e-6, 0.1
     k = 2 * nbeta * c + gamma
     limit = float((nbeta * c / k).sum())  # 1.4988, about d/2
-    got, se = quadratic_llc(name, 2000, step_size=eps, friction=alpha)
+    got, _ = quadratic_llc(name, 2000, step_size=eps, friction=alpha)
     assert abs(got - limit) < 0.03 * limit, (name, got, limit)
     if name == "sghmc":  # the printed form samples at twice the temperature
-        exact = sum(nbeta * ci * sghmc_var(ki, eps, alpha, "paper") for ci, ki in zip(c, k))
+        exact = sum(
+            nbeta * ci * sghmc_var(ki, eps, alpha, "paper") for ci, ki in zip(c, k, strict=True)
+        )
         assert exact == pytest.approx(3.05, abs=0.01)  # the reference's "as printed" figure
-        paper, se = quadratic_llc(name, 2000, step_size=eps, friction=alpha, variant="paper")
+        paper, _ = quadratic_llc(name, 2000, step_size=eps, friction=alpha, variant="paper")
         assert abs(paper - exact) < 0.03 * exact and paper / limit > 1.9, (paper, exact)
 
 
