@@ -85,18 +85,40 @@ class Kernel(ABC):
         new, info_loss, accepted = self.update(state, target, batch, generator)
         return self._contain(state, new, info_loss, accepted)
 
+    fusable = False  # whether ``run(..., fused=True)`` may compile several steps into one graph
+    steps_per_update = 1  # gradient evaluations per step (HMC: leapfrog steps), to size chunks
+
     def run(
-        self, state: State, target: Target, generator: torch.Generator, steps: int
+        self,
+        state: State,
+        target: Target,
+        generator: torch.Generator,
+        steps: int,
+        fused: bool = False,
+        chunk: int = 32,
     ) -> tuple[State, Info]:
-        """``steps`` steps; returns the final state and the Info of every step stacked [T, C]."""
-        infos = []
+        """``steps`` steps; returns the final state and every step's Info stacked as [T, C].
+
+        ``fused=True`` compiles ``chunk`` steps into one graph (torch.compile) with their noise
+        drawn up front; it applies to fusable kernels on full-batch targets and falls back to
+        the eager loop otherwise. The first call compiles (seconds); later calls reuse it.
+        Fused runs draw the same noise law in another order, so they are reproducible from
+        the seed but not bit-identical to eager runs.
+        """
+        infos: list[Info] = []
+        if fused and self.fusable and self._batch(target, generator) is None and steps > chunk:
+            from .fused import Recorder, run_fused
+
+            recorder = Recorder(generator)
+            state, info = self.step(state, target, recorder)  # a real step that learns the draws
+            infos.append(info)
+            size = max(1, chunk // self.steps_per_update)
+            state, chunks, steps = run_fused(self, state, target, recorder, steps - 1, size)
+            infos.extend(chunks)
         for _ in range(steps):
             state, info = self.step(state, target, generator)
             infos.append(info)
-        stack = {
-            k: torch.stack([getattr(i, k) for i in infos]) for k in ("loss", "accepted", "diverged")
-        }
-        return state, Info(**stack)
+        return state, stack_infos(infos)
 
     # -- what each kernel writes -------------------------------------------------------------
     def start(self, state: State, target: Target, generator: torch.Generator) -> dict[str, Tensor]:
@@ -163,9 +185,23 @@ def _where_chain(mask: Tensor, old: Tensor, new: Tensor) -> Tensor:
     return torch.where(mask.reshape(-1, *([1] * (new.ndim - 1))), old, new)
 
 
+def stack_infos(infos: list[Info]) -> Info:
+    """Per-step Infos ([C] or already stacked [T, C]) into one Info of [T, C] tensors."""
+
+    def cat(key: str) -> Tensor:
+        return torch.cat([getattr(i, key).reshape(-1, getattr(i, key).shape[-1]) for i in infos])
+
+    return Info(loss=cat("loss"), accepted=cat("accepted"), diverged=cat("diverged"))
+
+
 def normal(generator: torch.Generator, like: Tensor) -> Tensor:
+    """N(0, 1) noise shaped like ``like``; pre-drawn noise when fused (``samplers.fused``)."""
+    if hasattr(generator, "draw"):
+        return generator.draw("normal", like)
     return torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype)
 
 
 def uniform(generator: torch.Generator, like: Tensor) -> Tensor:
+    if hasattr(generator, "draw"):
+        return generator.draw("uniform", like)
     return torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype)

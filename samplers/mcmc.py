@@ -19,7 +19,7 @@ from .base import Energy, Kernel, State, normal, uniform
 
 
 class MHKernel(Kernel):
-    minibatch = False
+    minibatch, fusable = False, True
 
     def start(self, state, target, generator):
         return self._cache(self.energy(state.position, state, target, None))
@@ -90,6 +90,10 @@ class HMC(MHKernel):
     number of steps uniformly from 1..leapfrog_steps every iteration (masked, no host sync)."""
 
     name = "hmc"
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.leapfrog_steps
 
     def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
         eps, n = self.step_size, self.leapfrog_steps

@@ -28,6 +28,8 @@ def _ones(state: State) -> Tensor:
 class SGLD(Kernel):
     """Delta w = -(eps/2) grad U(w) + sqrt(eps) eta                          (Alg. 1)."""
 
+    fusable = True
+
     name, minibatch = "sgld", True
 
     def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
@@ -88,6 +90,8 @@ class SGHMC(Kernel):
     """Default ("corrected"): p <- p - eps grad U - alpha p + sqrt(2 alpha eps) eta;  w <- w + p.
     variant="paper" (Alg. 4 as printed): force eps/2 and w moved by the OLD momentum, which
     samples at twice the temperature (reference 000, section 1). p_0 ~ N(0, eps I)."""
+
+    fusable = True
 
     name, minibatch = "sghmc", True
 

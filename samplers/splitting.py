@@ -38,6 +38,8 @@ def check_scheme(scheme: str, field: str = "splitting.scheme") -> str:
 class Splitting(Kernel):
     """The letter-string integrator; ``scheme`` fixed by the registry entry or given."""
 
+    fusable = True
+
     name, minibatch = "splitting", True
 
     def __init__(self, **params):

@@ -1,0 +1,186 @@
+"""Benchmarks, side by side with a peer library.
+
+    python -m bench setup-peer [--cuda]     # bench/.peer-venv with jax, blackjax, scikit-learn
+    python -m bench engine [--repeats 5] [--steps 500] [--quick] [--device auto|cpu|cuda]
+                           [--chains 64,4096] [--no-record]
+
+``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately (Basin, peer,
+Basin, peer, ...) ``--repeats`` times, prints the median chain-steps per second of each side and
+their ratio, and appends the table to bench/RESULTS.md (unless --no-record or --quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from .cases import CASES, case_chains
+
+BENCH = Path(__file__).resolve().parent
+PEER_VENV = BENCH / ".peer-venv"
+PEER_PYTHON = PEER_VENV / "bin" / "python"
+RESULTS = BENCH / "RESULTS.md"
+STEPS, QUICK_STEPS, REPEATS = 500, 20, 5
+
+
+def setup_peer(cuda: bool) -> None:
+    subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+    jax = "jax[cuda12]" if cuda else "jax"
+    pip = [str(PEER_VENV / "bin" / "pip"), "install", jax, "jaxlib", "blackjax", "scikit-learn"]
+    subprocess.run(pip, check=True)
+    print(f"BlackJAX peer ready in {PEER_VENV}")
+
+
+class Peer:
+    """bench/peer_blackjax.py --serve in the peer virtualenv; it keeps what it compiled."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [str(PEER_PYTHON), "-m", "bench.peer_blackjax", "--serve"],
+            cwd=BENCH.parent,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.versions: dict = {}
+
+    def measure(self, case: str, chains: int, steps: int) -> float:
+        request = {"case": case, "chains": chains, "steps": steps}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        while line := self.proc.stdout.readline():
+            if line.startswith("{"):
+                reply = json.loads(line)
+                self.versions = {k: reply[k] for k in ("jax", "jaxlib", "blackjax", "jax_device")}
+                return reply["seconds"]
+        raise RuntimeError(f"the BlackJAX peer exited (code {self.proc.wait()}); see its stderr")
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def rate(chains: int, steps: int, seconds: list[float]) -> float | None:
+    return statistics.median(chains * steps / s for s in seconds) if seconds else None
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def engine(args: argparse.Namespace) -> None:
+    from . import engine as basin  # imports torch; setup-peer does not need it
+
+    steps = args.steps or (QUICK_STEPS if args.quick else STEPS)
+    repeats = args.repeats or (1 if args.quick else REPEATS)
+    banana = tuple(int(c) for c in args.chains.split(",")) if args.chains else None
+    peer = Peer() if PEER_PYTHON.exists() else None
+    if peer is None:
+        print(
+            f"BlackJAX peer missing ({PEER_VENV}): create it with `python -m bench setup-peer`. "
+            "Running Basin's side only.",
+            file=sys.stderr,
+        )
+    rows, rates = [], {}
+    header = "| case | C | Basin chain-steps/s | BlackJAX chain-steps/s | Basin / BlackJAX |"
+    print(f"{steps} steps, median of {repeats} repeats\n{header}\n|---|---:|---:|---:|---:|")
+    try:
+        for name in CASES:
+            for chains in case_chains(name, banana):
+                case = basin.BasinCase(name, chains, args.device)
+                case.seconds(steps)  # warm-up (the peer compiles and warms up on first use)
+                times = {"basin": [], "peer": []}
+                for _ in range(repeats):  # alternate, so that both sides see the same noise
+                    times["basin"].append(case.seconds(steps))
+                    if peer:
+                        times["peer"].append(peer.measure(name, chains, steps))
+                b, p = rate(chains, steps, times["basin"]), rate(chains, steps, times["peer"])
+                rates[name, chains] = (b, p)
+                ratio = b / p if p else None
+                rows.append(f"| {name} | {chains} | {fmt(b)} | {fmt(p)} | {fmt(ratio)} |")
+                print(rows[-1], flush=True)
+    finally:
+        if peer:
+            peer.close()
+
+    # Time per step of the MLP at hi chains over lo chains: (hi / rate_hi) / (lo / rate_lo).
+    lo, hi = CASES["mlp-sgld"]["chains"]
+    mlp = [
+        (hi / r_hi) / (lo / r_lo) if r_lo and r_hi else None
+        for r_lo, r_hi in zip(rates["mlp-sgld", lo], rates["mlp-sgld", hi], strict=True)
+    ]
+    mlp_line = (
+        f"MLP step time, {hi} chains / {lo} chain: Basin {fmt(mlp[0])} (goal <= 3), "
+        f"BlackJAX {fmt(mlp[1])}."
+    )
+    print(mlp_line)
+    if args.no_record or args.quick:
+        print("(not recorded: --no-record or --quick)")
+        return
+    peer_line = (
+        "BlackJAX peer: {blackjax} (jax {jax}, jaxlib {jaxlib}, {jax_device})".format(
+            **peer.versions
+        )
+        if peer
+        else "BlackJAX peer: not set up"
+    )
+    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    block = [
+        f"## {stamp}",
+        "",
+        f"`python -m bench {shlex.join(sys.argv[1:])}`: {steps} steps per measurement, "
+        f"median of {repeats} repeats, Basin and BlackJAX alternating; float32.",
+        "",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
+        f"{platform.python_version()}; {basin.describe(args.device)}; {peer_line}.",
+        "",
+        header,
+        "|---|---:|---:|---:|---:|",
+        *rows,
+        "",
+        mlp_line,
+        "",
+    ]
+    new = not RESULTS.exists()
+    with RESULTS.open("a") as f:
+        if new:
+            f.write(
+                "# Benchmark results\n\nAppended by `python -m bench ...`; newest last. "
+                "Goal (issue 3): Basin/BlackJAX >= 1 at both chain counts; MLP step time "
+                "8 chains / 1 chain <= 3.\n\n"
+            )
+        f.write("\n".join(block) + "\n")
+    print(f"recorded in {RESULTS}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    setup = sub.add_parser("setup-peer", help="create bench/.peer-venv with jax and blackjax")
+    setup.add_argument("--cuda", action="store_true", help="install jax[cuda12] (GPU machines)")
+    run = sub.add_parser("engine", help="chain-steps per second, Basin vs BlackJAX")
+    run.add_argument("--repeats", type=int, help=f"measurements per side (default {REPEATS})")
+    run.add_argument("--steps", type=int, help=f"steps per measurement (default {STEPS})")
+    run.add_argument(
+        "--quick", action="store_true", help="smoke test: few steps, 1 repeat, not recorded"
+    )
+    run.add_argument("--device", default="auto", help="Basin's device: auto, cpu, cuda[:i]")
+    run.add_argument("--chains", help="banana chain counts (default 64,4096)")
+    run.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    args = parser.parse_args()
+    if args.command == "setup-peer":
+        setup_peer(args.cuda)
+    else:
+        engine(args)
+
+
+if __name__ == "__main__":
+    main()

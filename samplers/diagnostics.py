@@ -1,0 +1,345 @@
+"""Diagnostics of sampler output: ESS, R-hat, MCSE, IAT, acceptance, thermodynamic observables, KS.
+
+Layout: draws are ``x[chain, draw]`` (one scalar per chain and draw) or ``x[chain, draw, dim]``.
+Every function takes numpy arrays or torch tensors (converted with ``.detach().cpu()`` to float64
+numpy, so both give identical results) and returns numpy values; nothing here touches a device.
+
+Sources:
+- ESS (bulk, tail), rank-normalised split R-hat and MCSE: Vehtari, Gelman, Simpson, Carpenter &
+  Bürkner (2021), "Rank-normalization, folding, and localization: an improved R-hat", computed by
+  ArviZ (0.2x API: ``arviz.ess``, ``arviz.rhat``, ``arviz.mcse``, ``arviz.convert_to_dataset``).
+- IAT with Sokal's adaptive window, ESS = K/tau per walker summed over walkers, kinetic energy and
+  virial: TATi (Heber, Trstanova & Leimkuhler 2020), reference 003 section 3.
+- Configurational temperature <|grad U|^2>/<laplacian U>: standard (Rugh 1997; Braga & Travis 2005).
+- KS bound: the two-sample Kolmogorov-Smirnov test, asymptotic critical value.
+
+ArviZ and scipy.stats are imported lazily (ArviZ costs seconds and pulls matplotlib), so
+``from samplers import diagnostics`` costs only numpy and the thermodynamic functions work without
+them. This module imports nothing else from ``samplers``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "AcceptanceRate",
+    "acceptance_rate",
+    "configurational_temperature",
+    "ess_bulk",
+    "ess_from_iat",
+    "ess_tail",
+    "iat",
+    "kinetic_energy",
+    "ks_bound",
+    "ks_distance",
+    "mcse_mean",
+    "rhat",
+    "summary",
+    "virial",
+]
+
+
+# --------------------------------------------------------------------------- input handling
+
+
+def _to_numpy(value: Any, name: str) -> np.ndarray:
+    """float64 numpy copy of an array-like or torch tensor (bool/int are cast to float64)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor, without importing torch
+        value = value.detach().cpu()
+        if not value.is_complex():
+            value = value.double()  # also bool, int and bfloat16 (which numpy lacks)
+        value = value.numpy()
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: expected a numeric array or tensor ({exc})") from exc
+    return arr
+
+
+def _draws(x: Any, name: str = "x") -> np.ndarray:
+    """Validate the [chain, draw] / [chain, draw, dim] layout."""
+    arr = _to_numpy(x, name)
+    if arr.ndim not in (2, 3):
+        raise ValueError(
+            f"{name}: expected draws[chain, draw] or draws[chain, draw, dim], got shape "
+            f"{arr.shape} (a single chain is x[None])"
+        )
+    if 0 in arr.shape:
+        raise ValueError(f"{name}: needs at least one chain, draw and dim, got shape {arr.shape}")
+    return arr
+
+
+def _vectors(x: Any, name: str) -> np.ndarray:
+    """Validate [..., d] with at least one leading (chain) axis."""
+    arr = _to_numpy(x, name)
+    if arr.ndim < 2 or 0 in arr.shape:
+        raise ValueError(
+            f"{name}: expected [chain, ..., dim] with the vector on the last axis, got shape "
+            f"{arr.shape}"
+        )
+    return arr
+
+
+# --------------------------------------------------------------------------- ArviZ
+
+
+@functools.cache
+def _arviz() -> Any:
+    with warnings.catch_warnings():
+        # 0.2x announces its 1.x refactor with a FutureWarning on import; the 0.2x API is pinned.
+        warnings.simplefilter("ignore", FutureWarning)
+        import arviz
+
+    return arviz
+
+
+def _arviz_stat(x: Any, func: str, **kwargs: Any) -> float | np.ndarray:
+    """Apply arviz.<func> to [chain, draw] (float) or [chain, draw, dim] (array of length dim)."""
+    arr = _draws(x)
+    az = _arviz()
+    if arr.ndim == 2:
+        # ArviZ's ndarray fast path takes exactly (chain, draw).
+        return float(getattr(az, func)(arr, **kwargs))
+    with warnings.catch_warnings():
+        # Our layout is explicit; ArviZ warns when chains > draws because it cannot tell.
+        warnings.filterwarnings("ignore", message="More chains", category=UserWarning)
+        dataset = az.convert_to_dataset({"x": arr})  # dims (chain, draw, x_dim_0)
+    return np.asarray(getattr(az, func)(dataset, **kwargs)["x"].values, dtype=np.float64)
+
+
+def ess_bulk(x: Any) -> float | np.ndarray:
+    """Bulk ESS: ESS of the rank-normalised split chains (Vehtari et al. 2021; arviz.ess "bulk").
+
+    Counts draws over all chains. Float for x[chain, draw], array[dim] for x[chain, draw, dim];
+    NaN when a chain holds NaN or there are fewer than 4 draws.
+    """
+    return _arviz_stat(x, "ess", method="bulk")
+
+
+def ess_tail(x: Any) -> float | np.ndarray:
+    """Tail ESS: min ESS of the 5% and 95% quantile indicators (Vehtari et al. 2021; "tail")."""
+    return _arviz_stat(x, "ess", method="tail")
+
+
+def rhat(x: Any) -> float | np.ndarray:
+    """Rank-normalised split R-hat, max of bulk and folded (Vehtari et al. 2021; arviz "rank").
+
+    Needs at least 2 chains (NaN otherwise). Below 1.01 is the usual acceptance threshold.
+    """
+    return _arviz_stat(x, "rhat", method="rank")
+
+
+def mcse_mean(x: Any) -> float | np.ndarray:
+    """Monte Carlo standard error of the mean, sd / sqrt(ESS_mean) (arviz.mcse "mean")."""
+    return _arviz_stat(x, "mcse", method="mean")
+
+
+# --------------------------------------------------------------------------- IAT (TATi)
+
+
+def iat(x: Any, c: float = 5.0) -> np.ndarray:
+    """Integrated autocorrelation time per chain (and dim), TATi eq. 8 with Sokal's window.
+
+    tau = 1 + 2 sum_{k=1}^{M} rho(k), where rho is the chain's normalised autocorrelation computed
+    by FFT (zero-padded, sample mean removed, 1/K normalisation) and M is the smallest lag with
+    M >= c * tau(M) (Sokal; reference 003 uses c = 5, replacing Goodman's acor). Reliable when
+    the chain is much longer than c * tau (say > 50 tau); shorter chains underestimate tau.
+    tau < 1 is possible (antithetic chains); like ArviZ it is floored at 1/log10(K). Returns
+    array[chain] for x[chain, draw] and array[chain, dim] for x[chain, draw, dim]; NaN for
+    constant or NaN chains and for fewer than 4 draws. If only every k-th step was stored,
+    multiply by k to get tau in steps.
+    """
+    arr = _draws(x)
+    if not c > 0:
+        raise ValueError(f"c: the Sokal window constant must be > 0, got {c}")
+    series = arr if arr.ndim == 2 else np.moveaxis(arr, 1, -1)  # draws last: [chain, (dim,) K]
+    n = series.shape[-1]
+    centred = series - series.mean(axis=-1, keepdims=True)
+    n_fft = 1 << (2 * n - 1).bit_length()  # power of two >= 2K: no circular wrap-around
+    spectrum = np.fft.rfft(centred, n=n_fft, axis=-1)
+    acov = np.fft.irfft(spectrum * spectrum.conj(), n=n_fft, axis=-1)[..., :n]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = acov / acov[..., :1]
+    taus = 2.0 * np.cumsum(rho, axis=-1) - 1.0  # taus[M] = 1 + 2 sum_{k=1}^{M} rho(k)
+    lags = np.arange(n)
+    with np.errstate(invalid="ignore"):
+        ok = lags >= c * taus
+    # ok always holds at the last lag (there tau = 0: the centred autocovariances sum to zero).
+    tau = np.take_along_axis(taus, ok.argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    if n < 4:
+        return np.full(tau.shape, np.nan)
+    # Floor as ArviZ does (ESS <= K log10 K): sums of noisy negative lags can reach 0 or below.
+    return np.maximum(tau, 1.0 / math.log10(n))  # NaN (constant or diverged chains) stays NaN
+
+
+def ess_from_iat(x: Any, c: float = 5.0) -> float | np.ndarray:
+    """ESS = sum over chains of K / tau_chain (reference 003: "ESS = K/tau, per walker; summed").
+
+    Equivalently total draws / harmonic mean of the per-chain IATs, the average that keeps the
+    per-chain ESS additive. Agrees with ``ess_bulk`` on well-mixed stationary chains; unlike it,
+    it does not see chains that disagree with each other (use ``rhat`` for that). Not capped:
+    antithetic chains (tau < 1) give ESS > draws. Float for x[chain, draw], array[dim] otherwise.
+    """
+    arr = _draws(x)
+    ess = (arr.shape[1] / iat(arr, c=c)).sum(axis=0)
+    return float(ess) if arr.ndim == 2 else ess
+
+
+# --------------------------------------------------------------------------- acceptance
+
+
+class AcceptanceRate(NamedTuple):
+    """Mean acceptance per chain (array[chain]) and over all chains and draws (float)."""
+
+    per_chain: np.ndarray
+    overall: float
+
+
+def acceptance_rate(accepted: Any) -> AcceptanceRate:
+    """Fraction of accepted proposals from accepted[chain, draw] (bool, 0/1 or probabilities)."""
+    arr = _to_numpy(accepted, "accepted")
+    if arr.ndim != 2 or 0 in arr.shape:
+        raise ValueError(f"accepted: expected accepted[chain, draw], got shape {arr.shape}")
+    return AcceptanceRate(per_chain=arr.mean(axis=1), overall=float(arr.mean()))
+
+
+# --------------------------------------------------------------------------- thermodynamics
+
+
+def kinetic_energy(p: Any) -> np.ndarray:
+    """K = 1/2 |p|^2 over the last axis (reference 003 sec. 3); p[chain, (draw,) d] -> [chain, ...].
+
+    For p ~ N(0, T I_d) the canonical mean is d T / 2 (equipartition); T_kin = 2 <K> / d.
+    """
+    arr = _vectors(p, "p")
+    return 0.5 * np.einsum("...i,...i->...", arr, arr)
+
+
+def _pair(w: Any, grad: Any) -> tuple[np.ndarray, np.ndarray]:
+    w_arr = _vectors(w, "w")
+    g_arr = _to_numpy(grad, "grad")
+    if g_arr.shape != w_arr.shape:
+        raise ValueError(f"grad: expected the shape of w {w_arr.shape}, got {g_arr.shape}")
+    return w_arr, g_arr
+
+
+def virial(w: Any, grad: Any) -> np.ndarray:
+    """Virial w . grad U over the last axis (TATi, reference 003 sec. 3 and App. A).
+
+    For a confining U sampled at density ∝ exp(-U/T), integration by parts gives
+    E[w . grad U] = d T (= 2 <K>): the virial theorem. It holds for w - c with any fixed c too, so
+    localised posteriors need no recentring. TATi's "virial" column stores |1/2 sum w . grad L|,
+    whose target is d/(2 beta); this returns the plain sum. Fails for non-confining losses
+    (softmax cross-entropy without L2).
+    """
+    w_arr, g_arr = _pair(w, grad)
+    return np.einsum("...i,...i->...", w_arr, g_arr)
+
+
+def configurational_temperature(w: Any, grad: Any, laplacian: Any = None) -> float:
+    """Temperature estimate from positions and gradients of U, averaged over chains and draws.
+
+    - ``laplacian`` None: virial form T_vir = <w . grad U> / d (reference 003, "T_vir").
+    - ``laplacian`` given (values of the Laplacian of U, shape w.shape[:-1], e.g. a Hutchinson
+      estimate): the standard configurational temperature T_conf = <|grad U|^2> / <laplacian U>.
+
+    Both equal T for density ∝ exp(-U/T). Pass the gradient of the potential actually sampled: for
+    exp(-nbeta L) with grad L one gets 1/nbeta.
+    """
+    w_arr, g_arr = _pair(w, grad)
+    if laplacian is None:
+        return float(virial(w_arr, g_arr).mean() / w_arr.shape[-1])
+    lap = _to_numpy(laplacian, "laplacian")
+    if lap.shape != w_arr.shape[:-1]:
+        raise ValueError(f"laplacian: expected shape {w_arr.shape[:-1]}, got {lap.shape}")
+    return float(np.einsum("...i,...i->...", g_arr, g_arr).mean() / lap.mean())
+
+
+# --------------------------------------------------------------------------- KS against truth
+
+
+def _columns(x: Any, name: str) -> np.ndarray:
+    arr = _to_numpy(x, name)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    elif arr.ndim == 3:
+        arr = arr.reshape(-1, arr.shape[-1])  # [chain, draw, dim] -> pooled draws
+    elif arr.ndim != 2:
+        raise ValueError(
+            f"{name}: expected [n], [n, dim] or [chain, draw, dim] draws, got shape {arr.shape}"
+        )
+    if 0 in arr.shape:
+        raise ValueError(f"{name}: no draws, got shape {arr.shape}")
+    return arr
+
+
+def ks_distance(samples: Any, exact: Any) -> np.ndarray:
+    """Two-sample KS statistic sup |F_samples - F_exact| of each 1-D marginal (scipy ks_2samp).
+
+    samples: [n], [n, dim] (columns are marginals) or [chain, draw, dim] (chains pooled; pass a
+    scalar trace x[chain, draw] as x.reshape(-1)). exact: [m] or [m, dim]. Returns array[dim].
+    """
+    import scipy.stats  # lazily: it costs ~1 s to import
+
+    s = _columns(samples, "samples")
+    e = _columns(exact, "exact")
+    if e.shape[1] != s.shape[1]:
+        raise ValueError(f"exact: expected {s.shape[1]} marginals (columns), got {e.shape[1]}")
+    # method="asymp" only picks how the unused p-value is computed; the exact one is slow.
+    return np.array(
+        [
+            scipy.stats.ks_2samp(s[:, j], e[:, j], method="asymp").statistic
+            for j in range(s.shape[1])
+        ]
+    )
+
+
+def ks_bound(n_eff: Any, m: Any, alpha: float = 1e-3) -> float | np.ndarray:
+    """Critical two-sample KS distance c(alpha) sqrt((n_eff + m) / (n_eff m)).
+
+    c(alpha) = sqrt(-ln(alpha/2)/2) is the leading term of the Kolmogorov distribution's upper
+    alpha quantile (the asymptotic law of sqrt(n m / (n + m)) D); it is within 1e-5 relative of
+    the exact quantile for alpha <= 0.05 and within 1e-10 at alpha = 1e-3. Passing the ESS of the
+    chain draws (e.g. ``ess_bulk`` per dim) instead of their raw count makes the bound
+    approximately valid for autocorrelated chains, whose empirical CDF varies like that of about
+    ESS independent draws; m counts the (iid) exact draws. Broadcasts over arrays of n_eff.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha: expected a level in (0, 1), got {alpha}")
+    n_arr = _to_numpy(n_eff, "n_eff")
+    m_arr = _to_numpy(m, "m")
+    if not np.all(n_arr > 0):
+        raise ValueError(f"n_eff: effective sample sizes must be > 0, got {n_eff}")
+    if not np.all(m_arr > 0):
+        raise ValueError(f"m: the number of exact draws must be > 0, got {m}")
+    bound = math.sqrt(-math.log(alpha / 2) / 2) * np.sqrt((n_arr + m_arr) / (n_arr * m_arr))
+    return float(bound) if bound.ndim == 0 else bound
+
+
+# --------------------------------------------------------------------------- summary table
+
+
+def summary(draws: Any) -> dict[str, np.ndarray]:
+    """Per-dim table: mean, sd (ddof=1, all chains pooled), mcse_mean, ess_bulk, ess_tail, rhat.
+
+    Every value is an array[dim] (dim = 1 for draws[chain, draw]), ready for a dataframe.
+    """
+    arr = _draws(draws, "draws")
+    arr3 = arr[..., None] if arr.ndim == 2 else arr
+    pooled = arr3.reshape(-1, arr3.shape[-1])
+    return {
+        "mean": pooled.mean(axis=0),
+        "sd": pooled.std(axis=0, ddof=1)
+        if pooled.shape[0] > 1
+        else np.full(arr3.shape[-1], np.nan),
+        "mcse_mean": np.atleast_1d(mcse_mean(arr3)),
+        "ess_bulk": np.atleast_1d(ess_bulk(arr3)),
+        "ess_tail": np.atleast_1d(ess_tail(arr3)),
+        "rhat": np.atleast_1d(rhat(arr3)),
+    }
