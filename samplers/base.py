@@ -115,6 +115,9 @@ class Kernel(ABC):
             size = max(1, chunk // self.steps_per_update)
             state, chunks, steps = run_fused(self, state, target, recorder, steps - 1, size)
             infos.extend(chunks)
+            if steps:  # the remainder as one more compiled chunk (compiled once per length)
+                state, chunks, steps = run_fused(self, state, target, recorder, steps, steps)
+                infos.extend(chunks)
         for _ in range(steps):
             state, info = self.step(state, target, generator)
             infos.append(info)

@@ -32,7 +32,7 @@ def gaussian_target():
     )
 
 
-def stationary_samples(kernel, target, burn, keep, thin, chains=C, seed=1, start=None):
+def stationary_samples(kernel, target, burn, keep, thin, chains=4 * C, seed=1, start=None):
     g = gen(seed)
     x0 = target.exact_sample(g, chains) if start is None else start
     state = kernel.init(x0, target, g)
@@ -150,6 +150,48 @@ def test_baoab_is_exact_in_configuration_for_a_gaussian():
     assert ula_var(a, 2 * eps) == pytest.approx(1 / (a * (1 - eps * a / 2)), rel=1e-12)
 
 
+def adam_var(lam, eps, b1):
+    """Adam-SGLD with a fixed step eps (m_hat = m after burn-in), on g = lam w:
+    m_t = b1 m_{t-1} + (1 - b1) lam w_t;  w_{t+1} = w_t - (eps/2) m_t + sqrt(eps) eta."""
+    m = [[1 - eps / 2 * (1 - b1) * lam, -eps / 2 * b1], [(1 - b1) * lam, b1]]
+    return lyapunov_variance(m, [[math.sqrt(eps)], [0]])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["rmsprop-sgld", "adam-sgld"])
+def test_adaptive_kernels_with_a_dominant_stability_constant_are_exact_linear_recursions(name):
+    # a = 1000 >> sqrt(v_hat) ~ 1, so eps_t = eps / (sqrt(v_hat) + a) is constant to 0.1% and
+    # the update is the linear recursion written above (ULA for RMSProp, momentum for Adam):
+    # this pins the drift and noise scales of the printed update exactly.
+    eps, a = 10.0, 1000.0
+    kernel = samplers.make(name, step_size=eps, a=a)
+    target = gaussian_target()
+    samples = stationary_samples(kernel, target, burn=1500, keep=10, thin=100)
+    lam, var, se = eigen_variances(samples, target)
+    for lam_i, var_i, se_i in zip(lam, var, se, strict=True):
+        exact = ula_var(lam_i, eps / a) if name == "rmsprop-sgld" else adam_var(lam_i, eps / a, 0.9)
+        assert abs(var_i - exact) < 5 * se_i + 0.003 * exact, (name, lam_i, var_i, exact)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "band"),
+    [("rmsprop-sgld", (1.15, 1.7)), ("adam-sgld", (1.02, 1.35)), ("sgnht", (0.9, 1.08))],
+)
+def test_adaptive_kernels_at_their_defaults_documented_bias(name, band):
+    """At the default a = 0.1 the preconditioners depend on the position and the Gamma term is
+    omitted (as in the papers), which inflates the variance: reference 001 measured ~1.33 for
+    RMSprop on N(0, I). This pins that documented bias (variance x lambda) at eps = 0.01;
+    SGNHT has no such term and is within its small discretisation bias of 1."""
+    kernel = samplers.make(name, step_size=0.01)
+    target = gaussian_target()
+    samples = stationary_samples(kernel, target, burn=1500, keep=10, thin=100)
+    lam, var, _ = eigen_variances(samples, target)
+    ratio = var * lam
+    assert ((band[0] < ratio) & (ratio < band[1])).all(), (name, ratio)
+    assert abs(samples.mean((0, 1))).max() < 0.05
+
+
 @pytest.mark.parametrize("name", ["mala", "hmc", "rwmh"])
 def test_exact_kernels_on_a_gaussian(name):
     params = {
@@ -240,6 +282,7 @@ def quadratic_llc(name, steps, chains=2000, **params):
     )
 
 
+@pytest.mark.slow
 def test_sgld_quadratic_closed_form():
     c, nbeta, gamma, eps = np.array([1, 0.3, 3]), 1000.0, 1.0, 1e-4
     k = 2 * nbeta * c + gamma
@@ -249,6 +292,7 @@ def test_sgld_quadratic_closed_form():
     assert abs(got - exact) < 0.02 * exact and abs(got - exact) < 5 * se + 0.005 * exact
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sghmc", "sgnht"])
 def test_momentum_kernels_quadratic_closed_form_and_the_paper_factor_two(name):
     c, nbeta, gamma, eps, alpha = np.array([1, 0.3, 3]), 1000.0, 1.0, 1e-6, 0.1
@@ -268,6 +312,7 @@ def test_momentum_kernels_quadratic_closed_form_and_the_paper_factor_two(name):
 # --- minibatches, divergence, bad input -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_minibatch_stationary_loss_matches_full_batch():
     """At a small step the minibatch noise, (eps/4) nbeta^2 Var(g), is negligible, so the
     stationary full-data loss must agree with full-batch SGLD within Monte Carlo error."""
