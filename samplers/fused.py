@@ -78,6 +78,9 @@ def chunk_steps(kernel: Kernel, target, steps: int):
 
 
 _COMPILED: dict[tuple, object] = {}
+# Every compiled chunk shares the code object of ``run`` above, and dynamo counts recompilations
+# per code object: allow one per (kernel, target, chunk length, shape) a session may use.
+torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
 
 
 def run_fused(
