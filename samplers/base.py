@@ -121,6 +121,9 @@ class Kernel(ABC):
         for _ in range(steps):
             state, info = self.step(state, target, generator)
             infos.append(info)
+        if not infos:  # zero steps: empty [0, C] records
+            empty = state.position.new_empty(0, state.position.shape[0])
+            return state, Info(empty, empty, empty.bool())
         return state, stack_infos(infos)
 
     # -- what each kernel writes -------------------------------------------------------------

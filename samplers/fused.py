@@ -9,6 +9,7 @@ them through a ``Replay`` in the same order.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 import torch
@@ -77,7 +78,6 @@ def chunk_steps(kernel: Kernel, target, steps: int):
     return run
 
 
-_COMPILED: dict[tuple, object] = {}
 # Every compiled chunk shares the code object of ``run`` above, and dynamo counts recompilations
 # per code object: allow one per (kernel, target, chunk length, shape) a session may use.
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
@@ -87,17 +87,20 @@ def run_fused(
     kernel: Kernel, state: State, target, recorder: Recorder, steps: int, chunk: int
 ) -> tuple[State, list[Info], int]:
     """Run whole chunks compiled; return the state, their Infos and the steps left over."""
+    # Compiled chunks close over the kernel and the target, so they live on the kernel, keyed
+    # by the target's identity and checked through a weak reference (ids are reused).
+    cache = kernel.__dict__.setdefault("_compiled", {})
     key = (
-        id(kernel),
         id(target),
         chunk,
         state.position.shape,
         state.position.dtype,
         str(state.position.device),
     )
-    if key not in _COMPILED:
-        _COMPILED[key] = torch.compile(chunk_steps(kernel, target, chunk), dynamic=False)
-    compiled = _COMPILED[key]
+    ref, compiled = cache.get(key, (None, None))
+    if ref is None or ref() is not target:
+        compiled = torch.compile(chunk_steps(kernel, target, chunk), dynamic=False)
+        cache[key] = (weakref.ref(target), compiled)
     infos = []
     for _ in range(steps // chunk):
         position, diverged, aux, loss, accepted = compiled(
