@@ -146,10 +146,14 @@ class Kernel(ABC):
         """U = nbeta L + (localization/2)|w - center|^2 + prior, and its gradient."""
         loss, loss_grad = target.loss_and_grad(w, batch)
         nbeta = self.nbeta_for(target)
+        value, grad = nbeta * loss, nbeta * loss_grad
+        # Terms that are off are left out, not multiplied by zero: fewer ops per step.
         loc = self.params.get("localization", 0.0)
-        diff = w - state.center
-        value = nbeta * loss + 0.5 * loc * (diff * diff).sum(-1) + target.prior_energy(w)
-        grad = nbeta * loss_grad + loc * diff + target.prior_grad(w)
+        if loc:
+            diff = w - state.center
+            value, grad = value + 0.5 * loc * (diff * diff).sum(-1), grad + loc * diff
+        if target.prior_std is not None:
+            value, grad = value + target.prior_energy(w), grad + target.prior_grad(w)
         return Energy(loss, loss_grad, value, grad)
 
     def _batch(self, target: Target, generator: torch.Generator) -> Batch:
