@@ -165,6 +165,9 @@ class Spec:
     params: tuple[Param, ...]
     build: Callable[..., Any] = field(repr=False)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", tuple(self.params))  # registries may pass lists
+
     def param(self, name: str) -> Param:
         for p in self.params:
             if p.name == name:

@@ -5,7 +5,7 @@ The CLI flags, RunSpec validation and the app's widgets are all generated from t
 
 from __future__ import annotations
 
-from .base import Param, ParamError, TargetSpec
+from .base import Param, ParamError, Spec, TargetSpec
 from .data import DATASETS
 from .networks import SIZE_CLASSES, make_dln, make_mlp, make_polynomial, make_rrr, make_tanh
 from .potentials import (
@@ -42,10 +42,6 @@ def n_param(default: int | None, optional: bool = False) -> Param:
     )
 
 
-def _spec(name, kind, doc, paper, params, build):
-    return TargetSpec(name, kind, doc, paper, tuple(params), build)
-
-
 def _normal_crossing(k, form, n, prior_std):
 
     if prior_std == 0.0 and form == "product" and len(k) > 1:
@@ -61,7 +57,7 @@ def _normal_crossing(k, form, n, prior_std):
 
 
 SPECS = [
-    _spec(
+    Spec(
         "gaussian",
         "potential",
         "Gaussian N(0, R diag(scales^2) R^T); `condition` log-spaces the variances to that "
@@ -91,7 +87,7 @@ SPECS = [
         ],
         make_gaussian,
     ),
-    _spec(
+    Spec(
         "banana",
         "potential",
         "Banana: y0 = x0/a, y1 = a x1 + a b (x0^2 + a^2), y ~ N([0, 4], [[1, .5], [.5, 1]]).",
@@ -102,7 +98,7 @@ SPECS = [
         ],
         Banana,
     ),
-    _spec(
+    Spec(
         "donut",
         "potential",
         "Donut: log p = -(|x| - radius)^2 / width.",
@@ -113,7 +109,7 @@ SPECS = [
         ],
         Donut,
     ),
-    _spec(
+    Spec(
         "mixture",
         "potential",
         "Equal mixture of N((-1.5,-1.5), .8 I), N((1.5,1.5), .8 I), N((-2,2), .5 I).",
@@ -121,7 +117,7 @@ SPECS = [
         [],
         Mixture,
     ),
-    _spec(
+    Spec(
         "squiggle",
         "potential",
         "Squiggle: y = (x0, x1 + sin 5 x0), y ~ N(0, [[2, .25], [.25, .5]]).",
@@ -129,7 +125,7 @@ SPECS = [
         [],
         Squiggle,
     ),
-    _spec(
+    Spec(
         "funnel",
         "potential",
         "Neal's funnel: v ~ N(0, 3^2), x_i | v ~ N(0, e^v); coordinates (x_1..x_{D-1}, v).",
@@ -137,7 +133,7 @@ SPECS = [
         [Param("dim", "int", 10, "dimension D (v and D-1 x's); 2 for the playground", 2, 1000)],
         Funnel,
     ),
-    _spec(
+    Spec(
         "softplus-funnel",
         "potential",
         "SGRLD funnel: x | v ~ N(mu, softplus(v) I), "
@@ -150,7 +146,7 @@ SPECS = [
         ],
         SoftplusFunnel,
     ),
-    _spec(
+    Spec(
         "normal-crossing",
         "potential",
         "Energy n K(w), K = prod_i w_i^(2 k_i) (or sum); prior N(0, prior_std^2 I) "
@@ -172,7 +168,7 @@ SPECS = [
         ],
         _normal_crossing,
     ),
-    _spec(
+    Spec(
         "harmonic",
         "potential",
         "Harmonic oscillator L = a |theta|^2 (TATi).",
@@ -183,7 +179,7 @@ SPECS = [
         ],
         make_harmonic,
     ),
-    _spec(
+    Spec(
         "custom",
         "potential",
         "Your energy in x, y (or w0..w{d-1}) with + - * / ** and exp, log, sin, cos, tanh, "
@@ -203,7 +199,7 @@ SPECS = [
         ],
         Custom,
     ),
-    _spec(
+    Spec(
         "dln",
         "network",
         "Deep linear network f(x) = W_M...W_1 x on X ~ U[-10,10]^H0, Y = W0 X + N(0, 1/4). "
@@ -243,7 +239,7 @@ SPECS = [
         ],
         make_dln,
     ),
-    _spec(
+    Spec(
         "rrr",
         "network",
         "Reduced-rank regression y = B A x + N(0, I), x ~ N(0, I); truth of rank `rank`. "
@@ -259,7 +255,7 @@ SPECS = [
         ],
         make_rrr,
     ),
-    _spec(
+    Spec(
         "polynomial",
         "network",
         "y = x prod_i w_i^(p_i) + noise, x ~ N(0, x_std^2), truth w = 0 (a normal crossing). "
@@ -274,7 +270,7 @@ SPECS = [
         ],
         make_polynomial,
     ),
-    _spec(
+    Spec(
         "tanh",
         "network",
         "f(x) = sum_h b_h tanh(a_h x), x ~ U[-1, 1], y = N(0, 1) (truth w = 0). " + SQUARED,
@@ -282,7 +278,7 @@ SPECS = [
         [Param("hidden", "int", 4, "number of tanh units H", 1, 4096), n_param(5_000), SEED],
         make_tanh,
     ),
-    _spec(
+    Spec(
         "mlp",
         "network",
         "Multilayer perceptron on a dataset: mean cross-entropy for classes; for regression "
@@ -309,7 +305,7 @@ SPECS = [
         ],
         make_mlp,
     ),
-    _spec(
+    Spec(
         "slp",
         "network",
         "Single-layer perceptron (linear model) on a dataset; losses as for mlp.",

@@ -106,7 +106,7 @@ class Kernel(ABC):
         the seed but not bit-identical to eager runs.
         """
         infos: list[Info] = []
-        if fused and self.fusable and self._batch(target, generator) is None and steps > chunk:
+        if fused and self.fusable and not self._uses_batches(target) and steps > chunk:
             from .fused import Recorder, run_fused
 
             recorder = Recorder(generator)
@@ -156,11 +156,14 @@ class Kernel(ABC):
             value, grad = value + target.prior_energy(w), grad + target.prior_grad(w)
         return Energy(loss, loss_grad, value, grad)
 
-    def _batch(self, target: Target, generator: torch.Generator) -> Batch:
+    def _uses_batches(self, target: Target) -> bool:
         size = self.params.get("batch_size")
-        if not self.minibatch or size is None or target.n is None or size >= target.n:
+        return self.minibatch and size is not None and target.n is not None and size < target.n
+
+    def _batch(self, target: Target, generator: torch.Generator) -> Batch:
+        if not self._uses_batches(target):
             return None
-        return target.sample_batch(generator, size)
+        return target.sample_batch(generator, self.params["batch_size"])
 
     @staticmethod
     def _finite(state: State) -> Tensor:

@@ -45,13 +45,9 @@ def _fixed_scheme(scheme: str):
     return lambda **params: Splitting(scheme=scheme, **params)
 
 
-def _spec(name, kind, doc, paper, params, build):
-    return Spec(name, kind, doc, paper, tuple(params), build)
-
-
 SPECS = [
-    _spec("sgld", "sgmcmc", SGLD.__doc__, P000 + ", Alg. 1", SG, SGLD),
-    _spec(
+    Spec("sgld", "sgmcmc", SGLD.__doc__, P000 + ", Alg. 1", SG, SGLD),
+    Spec(
         "rmsprop-sgld",
         "sgmcmc",
         RMSPropSGLD.__doc__,
@@ -63,7 +59,7 @@ SPECS = [
         ],
         RMSPropSGLD,
     ),
-    _spec(
+    Spec(
         "adam-sgld",
         "sgmcmc",
         AdamSGLD.__doc__,
@@ -76,7 +72,7 @@ SPECS = [
         ],
         AdamSGLD,
     ),
-    _spec(
+    Spec(
         "sghmc",
         "sgmcmc",
         SGHMC.__doc__,
@@ -95,7 +91,7 @@ SPECS = [
         ],
         SGHMC,
     ),
-    _spec(
+    Spec(
         "sgnht",
         "sgmcmc",
         SGNHT.__doc__,
@@ -109,9 +105,9 @@ SPECS = [
         ],
         SGNHT,
     ),
-    _spec("ula", "mcmc", "Unadjusted Langevin: SGLD's update on the full data.", P000, MH, ULA),
-    _spec("mala", "mcmc", MALA.__doc__, P000 + " (section 5 extras)", MH, MALA),
-    _spec(
+    Spec("ula", "mcmc", "Unadjusted Langevin: SGLD's update on the full data.", P000, MH, ULA),
+    Spec("mala", "mcmc", MALA.__doc__, P000 + " (section 5 extras)", MH, MALA),
+    Spec(
         "hmc",
         "mcmc",
         HMC.__doc__,
@@ -130,9 +126,9 @@ SPECS = [
         ],
         HMC,
     ),
-    _spec("rwmh", "mcmc", RWMH.__doc__, "Metropolis et al. (1953)", MH, RWMH),
+    Spec("rwmh", "mcmc", RWMH.__doc__, "Metropolis et al. (1953)", MH, RWMH),
     *[
-        _spec(
+        Spec(
             name,
             "splitting",
             f"Langevin splitting '{scheme}'. " + Splitting.__doc__,
@@ -142,7 +138,7 @@ SPECS = [
         )
         for name, scheme in SCHEMES.items()
     ],
-    _spec(
+    Spec(
         "splitting",
         "splitting",
         "Langevin splitting with any scheme of the letters A, B, O (e.g. ABOBA).",

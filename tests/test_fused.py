@@ -51,3 +51,14 @@ def test_fused_run_shapes_and_stationarity():
     assert abs(x[:, 0].mean()) < 5 * 2 / 2000**0.5
     assert abs(x[:, 0].var() - 4) < 5 * 4 * (2 / 2000) ** 0.5
     assert abs(x[:, 1].mean() - 0.4) < 5 * x[:, 1].std() / 2000**0.5
+
+
+def test_minibatch_runs_ignore_fused_and_keep_the_eager_random_stream():
+    target = landscapes.make("tanh", hidden=2, n=100, device="cpu", dtype="float64")
+    kernel = samplers.make("sgld", step_size=1e-4, batch_size=10)
+    finals = []
+    for fused in (False, True):
+        g = torch.Generator().manual_seed(3)
+        state = kernel.init(target.initial(g, 4), target, g)
+        finals.append(kernel.run(state, target, g, 40, fused=fused)[0].position)
+    assert torch.equal(finals[0], finals[1])
