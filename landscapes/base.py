@@ -240,9 +240,18 @@ class Target(ABC):
             return self._loss(w, batch), self._grad(w, batch)
         return self._autograd(w, batch)
 
-    def sample_batch(self, generator: torch.Generator, size: int) -> Batch:
-        """A minibatch for stochastic gradients; potentials have no data and return None."""
+    def batch(self, index: Tensor) -> Batch:
+        """The training points at ``index`` (a minibatch); potentials have no data: None."""
         return None
+
+    def sample_batch(self, generator: torch.Generator, size: int) -> Batch:
+        """A minibatch of ``size`` points drawn with replacement, shared by all chains."""
+        if self.n is None:
+            return None
+        if not 1 <= size:
+            raise ParamError("batch_size", f"must be >= 1, got {size}")
+        index = torch.randint(self.n, (size,), generator=generator, device=generator.device)
+        return self.batch(index)
 
     def initial(self, generator: torch.Generator, chains: int) -> Tensor:
         """Tensor[C, d] start: ``w0`` repeated when the target has one, else N(0, I) draws."""
@@ -296,6 +305,15 @@ class Target(ABC):
 
     def _autograd(self, w: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         # Chains are independent, so d(sum_c L_c)/dw_c is chain c's gradient.
+        if torch.compiler.is_compiling():
+            # torch.compile traces torch.func.grad into the graph, where autograd.grad would
+            # break it; eager keeps autograd.grad, which is ~1.5x faster there. Same numbers.
+            def total(x: Tensor) -> tuple[Tensor, Tensor]:
+                value = self._loss(x, batch)
+                return value.sum(), value
+
+            g, value = torch.func.grad(total, has_aux=True)(w)
+            return value, g
         with torch.enable_grad():
             x = w.detach().requires_grad_(True)
             value = self._loss(x, batch)

@@ -61,12 +61,8 @@ class Network(Target):
     def test_loss(self, w: Tensor) -> Tensor:
         return self.criterion(self.predict(w, self.x_test), self.y_test)
 
-    def sample_batch(self, generator: torch.Generator, size: int) -> Batch:
-        """A minibatch of ``size`` training points drawn with replacement, shared by all chains."""
-        if not 1 <= size:
-            raise ParamError("batch_size", f"must be >= 1, got {size}")
-        idx = torch.randint(self.n, (size,), generator=generator, device=generator.device)
-        return self.x[idx], self.y[idx]
+    def batch(self, index: Tensor) -> Batch:
+        return self.x[index], self.y[index]
 
 
 def check_data_size(name: str, n: int, width: int) -> None:

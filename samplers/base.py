@@ -87,6 +87,7 @@ class Kernel(ABC):
 
     fusable = False  # whether ``run(..., fused=True)`` may compile several steps into one graph
     steps_per_update = 1  # gradient evaluations per step (HMC: leapfrog steps), to size chunks
+    metropolis = False  # whether steps accept or reject (else every finite step counts accepted)
 
     def run(
         self,
@@ -95,29 +96,27 @@ class Kernel(ABC):
         generator: torch.Generator,
         steps: int,
         fused: bool = False,
-        chunk: int = 32,
+        chunk: int | None = None,
     ) -> tuple[State, Info]:
         """``steps`` steps; returns the final state and every step's Info stacked as [T, C].
 
         ``fused=True`` compiles ``chunk`` steps into one graph (torch.compile) with their noise
-        drawn up front; it applies to fusable kernels on full-batch targets and falls back to
-        the eager loop otherwise. The first call compiles (seconds); later calls reuse it.
-        Fused runs draw the same noise law in another order, so they are reproducible from
-        the seed but not bit-identical to eager runs.
+        and minibatch indices drawn up front; it applies to fusable kernels and falls back to
+        the eager loop otherwise. The first call compiles (tens of seconds, cached on disk);
+        later calls reuse it. ``chunk`` defaults to 32 gradient evaluations on potentials and 8
+        on targets with data, whose larger graphs take longer to compile. Fused runs draw the
+        same noise law in another order, so they are reproducible from the seed but not
+        bit-identical to eager runs.
         """
         infos: list[Info] = []
-        if fused and self.fusable and not self._uses_batches(target) and steps > chunk:
-            from .fused import Recorder, run_fused
+        if chunk is None:
+            chunk = 32 if target.n is None else 8
+        if fused and self.fusable and steps > chunk:
+            from .fused import run_fused
 
-            recorder = Recorder(generator)
-            state, info = self.step(state, target, recorder)  # a real step that learns the draws
-            infos.append(info)
             size = max(1, chunk // self.steps_per_update)
-            state, chunks, steps = run_fused(self, state, target, recorder, steps - 1, size)
-            infos.extend(chunks)
-            if steps:  # the remainder as one more compiled chunk (compiled once per length)
-                state, chunks, steps = run_fused(self, state, target, recorder, steps, steps)
-                infos.extend(chunks)
+            state, infos = run_fused(self, state, target, generator, steps, size)
+            steps = 0
         for _ in range(steps):
             state, info = self.step(state, target, generator)
             infos.append(info)
@@ -163,7 +162,7 @@ class Kernel(ABC):
     def _batch(self, target: Target, generator: torch.Generator) -> Batch:
         if not self._uses_batches(target):
             return None
-        return target.sample_batch(generator, self.params["batch_size"])
+        return target.batch(integers(generator, target.n, self.params["batch_size"]))
 
     @staticmethod
     def _finite(state: State) -> Tensor:
@@ -174,17 +173,23 @@ class Kernel(ABC):
         return ok
 
     def _contain(
-        self, old: State, new: State, loss: Tensor, accepted: Tensor
+        self, old: State, new: State, loss: Tensor, accepted: Tensor, hold: Tensor | None = None
     ) -> tuple[State, Info]:
-        """Freeze chains whose new state (or the loss the step saw) is not finite."""
-        diverged = old.diverged | ~self._finite(new) | ~torch.isfinite(loss)
-        keep = diverged[:, None]
+        """Freeze chains whose new state (or the loss the step saw) is not finite.
+
+        ``hold`` (a 0-d bool, fused chunks only) keeps every chain where it was: a step that
+        only pads a chunk to its compiled length."""
+        fresh = ~self._finite(new) | ~torch.isfinite(loss)
+        if hold is not None:
+            fresh = fresh & ~hold
+        diverged = old.diverged | fresh
+        keep = diverged if hold is None else diverged | hold
         frozen = replace(
             new,
-            position=torch.where(keep, old.position, new.position),
+            position=torch.where(keep[:, None], old.position, new.position),
             diverged=diverged,
             step=old.step + 1,
-            aux={k: _where_chain(diverged, old.aux[k], v) for k, v in new.aux.items()},
+            aux={k: _where_chain(keep, old.aux[k], v) for k, v in new.aux.items()},
         )
         info = Info(
             loss=torch.where(diverged, torch.full_like(loss, math.nan), loss),
@@ -209,12 +214,27 @@ def stack_infos(infos: list[Info]) -> Info:
 
 def normal(generator: torch.Generator, like: Tensor) -> Tensor:
     """N(0, 1) noise shaped like ``like``; pre-drawn noise when fused (``samplers.fused``)."""
-    if hasattr(generator, "draw"):
-        return generator.draw("normal", like)
-    return torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype)
+    return draw(generator, "normal", like.shape, like.dtype)
 
 
 def uniform(generator: torch.Generator, like: Tensor) -> Tensor:
+    """U(0, 1) noise shaped like ``like``."""
+    return draw(generator, "uniform", like.shape, like.dtype)
+
+
+def integers(generator: torch.Generator, high: int, size: int) -> Tensor:
+    """``size`` integers uniform on [0, high): minibatch indices."""
+    return draw(generator, "integers", (size,), torch.int64, high)
+
+
+def draw(
+    generator: torch.Generator, kind: str, shape: tuple[int, ...], dtype: torch.dtype, high=None
+) -> Tensor:
+    """One random draw from a torch.Generator, or from a fused run's Recorder/Replay."""
     if hasattr(generator, "draw"):
-        return generator.draw("uniform", like)
-    return torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype)
+        return generator.draw(kind, shape, dtype, high)
+    device = generator.device
+    if kind == "integers":
+        return torch.randint(high, shape, generator=generator, device=device, dtype=dtype)
+    fn = torch.randn if kind == "normal" else torch.rand
+    return fn(shape, generator=generator, device=device, dtype=dtype)

@@ -19,7 +19,7 @@ from .base import Energy, Kernel, State, normal, uniform
 
 
 class MHKernel(Kernel):
-    minibatch, fusable = False, True
+    minibatch, fusable, metropolis = False, True, True
 
     def start(self, state, target, generator):
         return self._cache(self.energy(state.position, state, target, None))

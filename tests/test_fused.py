@@ -6,34 +6,49 @@ import torch
 
 import landscapes
 import samplers
-from samplers.fused import Recorder, chunk_steps
+from samplers.fused import Recorder, chunk_steps, compiled_chunk
 
 CASES = [
-    ("sgld", {"step_size": 0.01}),
-    ("mala", {"step_size": 0.05}),
-    ("hmc", {"step_size": 0.1, "leapfrog_steps": 3, "jitter": True}),
-    ("sgnht", {"step_size": 0.01}),
-    ("baoab", {"step_size": 0.05}),
+    ("banana", "sgld", {"step_size": 0.01}),
+    ("banana", "mala", {"step_size": 0.05}),
+    ("banana", "hmc", {"step_size": 0.1, "leapfrog_steps": 3, "jitter": True}),
+    ("banana", "sgnht", {"step_size": 0.01}),
+    ("banana", "baoab", {"step_size": 0.05}),
+    # minibatch indices replayed, and an autograd gradient traced through torch.func
+    ("tanh", "sgld", {"step_size": 1e-4, "batch_size": 10}),
 ]
 
 
+def build(target_name: str, dtype: str = "float64") -> landscapes.Target:
+    params = {"hidden": 2, "n": 100} if target_name == "tanh" else {}
+    return landscapes.make(target_name, device="cpu", dtype=dtype, **params)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "params"), CASES)
-def test_compiled_chunk_equals_eager_chunk_on_the_same_noise(name, params):
-    target = landscapes.make("banana", device="cpu", dtype="float64")
+@pytest.mark.parametrize(("target_name", "name", "params"), CASES)
+def test_compiled_chunk_equals_eager_chunk_on_the_same_noise(target_name, name, params):
+    target = build(target_name)
     kernel = samplers.make(name, **params)
     g = torch.Generator().manual_seed(0)
-    state = kernel.init(target.exact_sample(g, 16), target, g)
+    start = target.exact_sample(g, 16) if target.exact_sample else target.initial(g, 16)
+    state = kernel.init(start, target, g)
     recorder = Recorder(g)
     state, _ = kernel.step(state, target, recorder)  # learns the draws of one step
     steps = 4
     noise = recorder.prepare(steps)
-    args = (state.position, state.center, state.diverged, state.aux, noise)
+    active = torch.tensor([True, True, True, False])  # the last step pads the chunk
+    args = (state.position, state.center, state.diverged, state.aux, noise, active)
     eager = chunk_steps(kernel, target, steps)(*args)
-    compiled = torch.compile(chunk_steps(kernel, target, steps), dynamic=False)(*args)
+    three = chunk_steps(kernel, target, 3)(*args[:4], [n[:3] for n in noise], active[:3])
+    assert torch.equal(three[0], eager[0]) and torch.equal(three[1], eager[1])  # pad: a no-op
+    compiled = compiled_chunk(kernel, target, state, steps)(*args)
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-9, atol=1e-12)  # positions
     torch.testing.assert_close(compiled[3], eager[3], rtol=1e-9, atol=1e-12)  # losses
-    assert torch.equal(compiled[1], eager[1]) and torch.equal(compiled[4], eager[4])
+    assert torch.equal(compiled[1], eager[1])  # diverged
+    if kernel.metropolis:
+        assert torch.equal(compiled[4], eager[4])  # acceptances
+    else:
+        assert compiled[4] is None and eager[4] is None
     for key in eager[2]:
         torch.testing.assert_close(compiled[2][key], eager[2][key], rtol=1e-9, atol=1e-12)
 
@@ -53,12 +68,20 @@ def test_fused_run_shapes_and_stationarity():
     assert abs(x[:, 1].mean() - 0.4) < 5 * x[:, 1].std() / 2000**0.5
 
 
-def test_minibatch_runs_ignore_fused_and_keep_the_eager_random_stream():
-    target = landscapes.make("tanh", hidden=2, n=100, device="cpu", dtype="float64")
-    kernel = samplers.make("sgld", step_size=1e-4, batch_size=10)
-    finals = []
+@pytest.mark.slow
+def test_fused_info_flags_each_chain_from_the_step_it_diverged():
+    # SGLD at eps a = 10 multiplies w by -4 per step: float32 overflows ~63 steps after |w| = 1,
+    # sooner from farther out, so the four chains diverge at four different steps.
+    target = landscapes.make("gaussian", dim=1, device="cpu", dtype="float32")
+    kernel = samplers.make("sgld", step_size=10.0)
+    start = torch.tensor([[1.0], [1e4], [1e8], [1e12]])
+    runs = []
     for fused in (False, True):
-        g = torch.Generator().manual_seed(3)
-        state = kernel.init(target.initial(g, 4), target, g)
-        finals.append(kernel.run(state, target, g, 40, fused=fused)[0].position)
-    assert torch.equal(finals[0], finals[1])
+        g = torch.Generator().manual_seed(2)
+        runs.append(kernel.run(kernel.init(start, target, g), target, g, 80, fused=fused)[1])
+    eager, fused = runs
+    first = [int(d.nonzero()[0]) for d in fused.diverged.T]  # each chain's first flagged step
+    assert first == sorted(first, reverse=True) and len(set(first)) == 4 and first[0] < 80
+    assert torch.equal(fused.diverged, eager.diverged)  # the growth, not the noise, decides
+    assert torch.equal(fused.diverged, fused.loss.isnan())
+    assert torch.equal(fused.accepted, (~fused.diverged).float())
