@@ -101,7 +101,9 @@ class Compiled:
     def __init__(self, kernel: Kernel, target, chunk: int, device: torch.device):
         self.target = weakref.ref(target)  # the cache lives on the kernel; ids are reused
         options = COMPILE_OPTIONS.get(device.type)
-        self.chunk = torch.compile(chunk_steps(kernel, target, chunk), dynamic=False, options=options)
+        self.chunk = torch.compile(
+            chunk_steps(kernel, target, chunk), dynamic=False, options=options
+        )
         self.plan: list[tuple] | None = None
 
 
