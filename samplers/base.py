@@ -86,8 +86,6 @@ class Kernel(ABC):
         return self._contain(state, new, info_loss, accepted)
 
     fusable = False  # whether ``run(..., fused=True)`` may compile several steps into one graph
-    steps_per_update = 1  # gradient evaluations per step (HMC: leapfrog steps), to size chunks
-    metropolis = False  # whether steps accept or reject (else every finite step counts accepted)
 
     def run(
         self,
@@ -100,22 +98,19 @@ class Kernel(ABC):
     ) -> tuple[State, Info]:
         """``steps`` steps; returns the final state and every step's Info stacked as [T, C].
 
-        ``fused=True`` compiles ``chunk`` steps into one graph (torch.compile) with their noise
-        and minibatch indices drawn up front; it applies to fusable kernels and falls back to
-        the eager loop otherwise. The first call compiles (tens of seconds, cached on disk);
-        later calls reuse it. ``chunk`` defaults to 32 gradient evaluations on potentials and 8
-        on targets with data, whose larger graphs take longer to compile. Fused runs draw the
-        same noise law in another order, so they are reproducible from the seed but not
+        ``fused=True`` runs ``chunk`` steps per compiled call (``samplers.fused``: a scan
+        compiled with torch.compile) with their noise and minibatch indices drawn up front; it
+        applies to fusable kernels and falls back to the eager loop otherwise. The first call
+        compiles (seconds, cached on disk); later calls reuse it. ``chunk`` defaults to 256
+        steps, fewer where their noise would take more than 32 MiB. Fused runs draw the same
+        noise law in another order, so they are reproducible from the seed but not
         bit-identical to eager runs.
         """
         infos: list[Info] = []
-        if chunk is None:
-            chunk = 32 if target.n is None else 8
-        if fused and self.fusable and steps > chunk:
+        if fused and self.fusable:
             from .fused import run_fused
 
-            size = max(1, chunk // self.steps_per_update)
-            state, infos = run_fused(self, state, target, generator, steps, size)
+            state, infos = run_fused(self, state, target, generator, steps, chunk)
             steps = 0
         for _ in range(steps):
             state, info = self.step(state, target, generator)

@@ -1,19 +1,22 @@
-"""Several kernel steps compiled into one graph, with their noise drawn up front.
+"""Many kernel steps in one compiled call, with their noise drawn up front.
 
 Eager PyTorch pays a few microseconds of dispatch per operation, which dominates a step on a
-2-D potential. ``torch.compile`` over ``chunk`` steps fuses them into a few loops, but it cannot
-trace a ``torch.Generator``; so one eager step is run with a ``Recorder`` to learn which draws a
-step makes, ``chunk`` steps' worth of each draw is made up front, and the compiled chunk reads
-them through a ``Replay`` in the same order.
+2-D potential, and a compiled call has a fixed cost of tens of microseconds. So ``chunk`` steps
+run as one ``scan`` compiled with ``torch.compile``: one step's graph, looped in C++. A compiled
+graph cannot take a ``torch.Generator``, so one eager step is run with a ``Recorder`` to learn
+which draws a step makes, ``chunk`` steps' worth of each draw is made up front, and each step of
+the scan reads its row through a ``Replay`` in the same order.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import replace
 
 import torch
 from torch import Tensor
+from torch._higher_order_ops.scan import scan
 
 from .base import Info, Kernel, State, draw
 
@@ -38,26 +41,24 @@ class Recorder:
 
 
 class Replay:
-    """Hands out pre-drawn noise: draw number ``slot`` of step ``step``."""
+    """Hands out one step's pre-drawn noise, draw by draw, in the order the step asks."""
 
     def __init__(self, noise: list[Tensor]):
-        self.noise, self.step, self.slot = noise, 0, 0
+        self.noise, self.slot = noise, 0
 
     def draw(self, kind: str, shape, dtype: torch.dtype, high=None) -> Tensor:
-        value = self.noise[self.slot][self.step]
+        value = self.noise[self.slot]
         self.slot += 1
         return value
 
-    def next_step(self) -> None:
-        self.step, self.slot = self.step + 1, 0
 
+def chunk_steps(kernel: Kernel, target):
+    """The uncompiled chunk (also used by tests): one kernel step per row of the pre-drawn noise.
 
-def chunk_steps(kernel: Kernel, target, steps: int):
-    """The uncompiled chunk: ``steps`` kernel steps on replayed noise (also used by tests).
-
-    ``active[i]`` false makes step i a no-op, so one compiled length serves any step count.
-    Returns the final position, diverged flags and aux, and each step's loss stacked [steps, C];
-    plus each step's acceptance for MH kernels (other kernels accept every finite step).
+    A ``scan`` over the steps, so the compiled graph holds one step whatever the chunk length:
+    compile time does not grow with it, and inductor runs the loop in C++. ``active[i]`` false
+    makes step i a no-op, so one compiled length serves any step count. Returns the final
+    position, diverged flags and aux, and each step's Info stacked [steps, C].
     """
 
     def run(
@@ -67,23 +68,36 @@ def chunk_steps(kernel: Kernel, target, steps: int):
         aux: dict[str, Tensor],
         noise: list[Tensor],
         active: Tensor,
-    ) -> tuple[Tensor, Tensor, dict[str, Tensor], Tensor, Tensor | None]:
-        # step=1: fused chunks always follow a first eager step; a constant keeps one graph
-        state = State(position, center, diverged, 1, aux)
-        replay = Replay(noise)
-        losses, accepted = [], []
-        for i in range(steps):
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor], Tensor, Tensor, Tensor]:
+        keys = list(aux)
+
+        def one_step(carry, xs):
+            position, diverged, *values = carry
+            *draws, live = xs
+            # step=1: fused chunks always follow a first eager step; a constant keeps one graph
+            state = State(position, center, diverged, 1, dict(zip(keys, values, strict=True)))
+            replay = Replay(draws)
             batch = kernel._batch(target, replay)
             new, loss, acc = kernel.update(state, target, batch, replay)
-            state, info = kernel._contain(state, new, loss, acc, hold=~active[i])
-            losses.append(info.loss)
-            accepted.append(info.accepted)
-            replay.next_step()
-        acceptance = torch.stack(accepted) if kernel.metropolis else None
-        return state.position, state.diverged, state.aux, torch.stack(losses), acceptance
+            state, info = kernel._contain(state, new, loss, acc, hold=~live)
+            out = (state.position, state.diverged, *(state.aux[k] for k in keys))
+            # scan refuses outputs that alias each other or an input: copy those (tiny tensors)
+            carry = tuple(v.clone() if any(v is c for c in carry) else v for v in out)
+            return carry, (info.loss, info.accepted, info.diverged.clone())
+
+        carry, (loss, accepted, flags) = scan(
+            one_step, (position, diverged, *aux.values()), [*noise, active]
+        )
+        position, diverged, *values = carry
+        aux = dict(zip(keys, values, strict=True))
+        return position, diverged, aux, loss, accepted, flags
 
     return run
 
+
+# Inductor lowers ``scan`` to a while loop that indexes its buffers with the loop counter's
+# value, a data-dependent scalar that dynamo must be allowed to capture.
+torch._dynamo.config.capture_scalar_outputs = True
 
 # Every compiled chunk shares the code object of ``run`` above, and dynamo counts recompilations
 # per code object: allow one per (kernel, target, chunk length, shape) a session may use.
@@ -92,44 +106,65 @@ torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit,
 # On CPU at C = 64, allocating a step's intermediate tensors takes longer than its arithmetic.
 # Inductor's C++ wrapper allocates ~3x faster than its Python one, and memory planning pools
 # the allocations (~1.3x more); both lengthen the first compile (cached on disk afterwards).
-COMPILE_OPTIONS = {"cpu": {"cpp_wrapper": True, "memory_planning": True}}
+COMPILE_OPTIONS = {"cpu": {"cpp_wrapper": True}}
+
+
+# Pre-drawn noise of one chunk is held at most this large: it bounds the chunk on large models.
+NOISE_BYTES = 32 * 2**20
+MAX_CHUNK = 256  # steps per compiled call: enough to make the call's fixed cost negligible
 
 
 class Compiled:
-    """A compiled chunk and the draws one step makes (learned from the first eager step)."""
+    """The compiled chunk of a kernel on a target, and the draws one step makes (learned from
+    the first eager step). One compiled graph per chunk length (dynamo recompiles on a new one)."""
 
-    def __init__(self, kernel: Kernel, target, chunk: int, device: torch.device):
+    def __init__(self, kernel: Kernel, target, device: torch.device):
         self.target = weakref.ref(target)  # the cache lives on the kernel; ids are reused
         options = COMPILE_OPTIONS.get(device.type)
-        self.chunk = torch.compile(
-            chunk_steps(kernel, target, chunk), dynamic=False, options=options
-        )
+        self.chunk = torch.compile(chunk_steps(kernel, target), dynamic=False, options=options)
+        self.device = device
         self.plan: list[tuple] | None = None
+        self._active: dict[tuple[int, int], Tensor] = {}
+
+    def length(self) -> int:
+        """The default chunk: MAX_CHUNK steps, fewer where their noise would pass NOISE_BYTES."""
+        per_step = sum(math.prod(shape) * dtype.itemsize for _, shape, dtype, _ in self.plan)
+        return max(1, min(MAX_CHUNK, NOISE_BYTES // max(1, per_step)))
+
+    def active(self, chunk: int, n: int) -> Tensor:
+        """The mask of a chunk of ``chunk`` steps whose first ``n`` are real (built once)."""
+        key = (chunk, n)
+        if key not in self._active:
+            self._active[key] = torch.arange(chunk, device=self.device) < n
+        return self._active[key]
 
 
-def compiled_entry(kernel: Kernel, target, state: State, chunk: int) -> Compiled:
-    """The ``Compiled`` for (target, chunk, shape, dtype, device), cached on the kernel."""
+def compiled_entry(kernel: Kernel, target, state: State) -> Compiled:
+    """The ``Compiled`` for (target, shape, dtype, device), cached on the kernel."""
     cache = kernel.__dict__.setdefault("_compiled", {})
     device = state.position.device
-    key = (id(target), chunk, state.position.shape, state.position.dtype, str(device))
+    key = (id(target), state.position.shape, state.position.dtype, str(device))
     entry = cache.get(key)
     if entry is None or entry.target() is not target:
-        entry = cache[key] = Compiled(kernel, target, chunk, device)
+        entry = cache[key] = Compiled(kernel, target, device)
     return entry
 
 
-def compiled_chunk(kernel: Kernel, target, state: State, chunk: int):
-    return compiled_entry(kernel, target, state, chunk).chunk
-
-
 def run_fused(
-    kernel: Kernel, state: State, target, generator: torch.Generator, steps: int, chunk: int
+    kernel: Kernel,
+    state: State,
+    target,
+    generator: torch.Generator,
+    steps: int,
+    chunk: int | None = None,
 ) -> tuple[State, list[Info]]:
-    """``steps`` steps in compiled chunks of ``chunk``; the last one padded with no-op steps.
+    """``steps`` steps in compiled chunks of ``chunk`` steps; the last one padded with no-ops.
 
     A chain's first step, and the first fused run of a kernel on a target, take one eager step
     through a ``Recorder`` (chunks start at step >= 1 and need to know the draws of a step)."""
-    entry = compiled_entry(kernel, target, state, chunk)
+    if steps == 0:
+        return state, []
+    entry = compiled_entry(kernel, target, state)
     recorder = Recorder(generator)
     infos = []
     if entry.plan is None or state.step == 0:
@@ -138,16 +173,14 @@ def run_fused(
         steps -= 1
         entry.plan = recorder.plan
     recorder.plan = entry.plan
+    chunk = chunk or entry.length()
     for start in range(0, steps, chunk):
         n = min(chunk, steps - start)
-        active = torch.arange(chunk, device=state.position.device) < n
-        position, diverged, aux, loss, accepted = entry.chunk(
-            state.position, state.center, state.diverged, state.aux, recorder.prepare(chunk), active
+        noise = recorder.prepare(chunk)
+        *carry, loss, accepted, flags = entry.chunk(
+            state.position, state.center, state.diverged, state.aux, noise, entry.active(chunk, n)
         )
+        position, diverged, aux = carry
         state = replace(state, position=position, diverged=diverged, aux=aux, step=state.step + n)
-        loss = loss[:n]
-        # A step's chain diverged exactly where its loss is NaN (``Kernel._contain``).
-        stepped = torch.isfinite(loss)
-        accepted = stepped.to(loss.dtype) if accepted is None else accepted[:n]
-        infos.append(Info(loss=loss, accepted=accepted, diverged=~stepped))
+        infos.append(Info(loss=loss[:n], accepted=accepted[:n], diverged=flags[:n]))
     return state, infos

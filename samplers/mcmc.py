@@ -17,9 +17,11 @@ from landscapes.base import Batch
 
 from .base import Energy, Kernel, State, normal, uniform
 
+ENERGY = tuple(f.name for f in fields(Energy))  # names, as a constant that torch.compile traces
+
 
 class MHKernel(Kernel):
-    minibatch, fusable, metropolis = False, True, True
+    minibatch, fusable = False, True
 
     def start(self, state, target, generator):
         return self._cache(self.energy(state.position, state, target, None))
@@ -91,10 +93,6 @@ class HMC(MHKernel):
 
     name = "hmc"
 
-    @property
-    def steps_per_update(self) -> int:
-        return self.leapfrog_steps
-
     def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
         eps, n = self.step_size, self.leapfrog_steps
         w, grad = state.position, state.aux["grad"]
@@ -109,12 +107,7 @@ class HMC(MHKernel):
             if count is not None and i > 0:  # finished trajectories keep their end point
                 live = i < count
                 w_new, p_new = _pick(live, w_new, w), _pick(live, p_new, p)
-                e_new = Energy(
-                    *(
-                        _pick(live, getattr(e_new, f.name), getattr(e, f.name))
-                        for f in fields(Energy)
-                    )
-                )
+                e_new = Energy(*(_pick(live, getattr(e_new, k), getattr(e, k)) for k in ENERGY))
             w, p, e, grad = w_new, p_new, e_new, e_new.grad
         log_ratio = (state.aux["U"] + 0.5 * (p0 * p0).sum(-1)) - (e.value + 0.5 * (p * p).sum(-1))
         return self.settle(state, w, e, log_ratio, generator)

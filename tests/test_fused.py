@@ -6,7 +6,7 @@ import torch
 
 import landscapes
 import samplers
-from samplers.fused import Recorder, chunk_steps, compiled_chunk
+from samplers.fused import Recorder, Replay, chunk_steps, compiled_entry
 
 CASES = [
     ("banana", "sgld", {"step_size": 0.01}),
@@ -38,17 +38,19 @@ def test_compiled_chunk_equals_eager_chunk_on_the_same_noise(target_name, name, 
     noise = recorder.prepare(steps)
     active = torch.tensor([True, True, True, False])  # the last step pads the chunk
     args = (state.position, state.center, state.diverged, state.aux, noise, active)
-    eager = chunk_steps(kernel, target, steps)(*args)
-    three = chunk_steps(kernel, target, 3)(*args[:4], [n[:3] for n in noise], active[:3])
+    eager = chunk_steps(kernel, target)(*args)
+    three = chunk_steps(kernel, target)(*args[:4], [n[:3] for n in noise], active[:3])
     assert torch.equal(three[0], eager[0]) and torch.equal(three[1], eager[1])  # pad: a no-op
-    compiled = compiled_chunk(kernel, target, state, steps)(*args)
+    plain = state
+    for i in range(3):  # the scan is the plain loop of kernel.step on the same draws
+        plain, info = kernel.step(plain, target, Replay([n[i] for n in noise]))
+        torch.testing.assert_close(info.loss, eager[3][i], rtol=1e-12, atol=0)
+    torch.testing.assert_close(plain.position, eager[0], rtol=1e-12, atol=0)
+    compiled = compiled_entry(kernel, target, state).chunk(*args)
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-9, atol=1e-12)  # positions
     torch.testing.assert_close(compiled[3], eager[3], rtol=1e-9, atol=1e-12)  # losses
     assert torch.equal(compiled[1], eager[1])  # diverged
-    if kernel.metropolis:
-        assert torch.equal(compiled[4], eager[4])  # acceptances
-    else:
-        assert compiled[4] is None and eager[4] is None
+    assert torch.equal(compiled[4], eager[4]) and torch.equal(compiled[5], eager[5])  # per step
     for key in eager[2]:
         torch.testing.assert_close(compiled[2][key], eager[2][key], rtol=1e-9, atol=1e-12)
 
