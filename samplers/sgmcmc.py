@@ -25,6 +25,12 @@ def _ones(state: State) -> Tensor:
     )
 
 
+def _steps(state: State) -> Tensor:
+    """Steps taken, per chain [C, 1]: a tensor (not ``state.step``) so that a compiled scan of
+    steps carries the bias corrections' exponent t + 1 like any other statistic."""
+    return state.position.new_zeros(state.position.shape[0], 1)
+
+
 class SGLD(Kernel):
     """Delta w = -(eps/2) grad U(w) + sqrt(eps) eta                          (Alg. 1)."""
 
@@ -49,18 +55,21 @@ class RMSPropSGLD(Kernel):
     """v = b v + (1-b) g^2,  v_hat = v / (1 - b^(t+1)),  eps_t = eps / (sqrt(v_hat) + a),
     Delta w = -(eps_t/2) grad U + sqrt(eps_t) eta                              (Alg. 3)."""
 
+    fusable = True
+
     name, minibatch = "rmsprop-sgld", True
 
     def start(self, state, target, generator):
-        return {"v": torch.ones_like(state.position)}
+        return {"v": torch.ones_like(state.position), "t": _steps(state)}
 
     def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
         e = self.energy(state.position, state, target, batch)
+        t = state.aux["t"] + 1
         v = self.b * state.aux["v"] + (1 - self.b) * e.loss_grad**2
-        v_hat = v / (1 - self.b ** (state.step + 1))
+        v_hat = v / (1 - self.b**t)
         eps_t = self.step_size / (v_hat.sqrt() + self.a)
         w = state.position - 0.5 * eps_t * e.grad + eps_t.sqrt() * normal(generator, e.grad)
-        return replace(state, position=w, aux={"v": v}), e.loss, _ones(state)
+        return replace(state, position=w, aux={"v": v, "t": t}), e.loss, _ones(state)
 
 
 class AdamSGLD(Kernel):
@@ -68,14 +77,17 @@ class AdamSGLD(Kernel):
     eps_t = eps / (sqrt(v_hat) + a),
     Delta w = -(eps_t/2) (localization (w - w0) + nbeta m_hat) + sqrt(eps_t) eta   (Alg. 2)."""
 
+    fusable = True
+
     name, minibatch = "adam-sgld", True
 
     def start(self, state, target, generator):
-        return {"m": torch.zeros_like(state.position), "v": torch.ones_like(state.position)}
+        zeros, ones = torch.zeros_like(state.position), torch.ones_like(state.position)
+        return {"m": zeros, "v": ones, "t": _steps(state)}
 
     def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
         e = self.energy(state.position, state, target, batch)
-        t = state.step + 1
+        t = state.aux["t"] + 1
         m = self.b1 * state.aux["m"] + (1 - self.b1) * e.loss_grad
         v = self.b2 * state.aux["v"] + (1 - self.b2) * e.loss_grad**2
         m_hat, v_hat = m / (1 - self.b1**t), v / (1 - self.b2**t)
@@ -83,7 +95,7 @@ class AdamSGLD(Kernel):
         nbeta = self.nbeta_for(target)
         drift = e.grad - nbeta * e.loss_grad + nbeta * m_hat  # the momentum replaces g
         w = state.position - 0.5 * eps_t * drift + eps_t.sqrt() * normal(generator, e.grad)
-        return replace(state, position=w, aux={"m": m, "v": v}), e.loss, _ones(state)
+        return replace(state, position=w, aux={"m": m, "v": v, "t": t}), e.loss, _ones(state)
 
 
 class SGHMC(Kernel):

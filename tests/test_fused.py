@@ -13,6 +13,8 @@ CASES = [
     ("banana", "mala", {"step_size": 0.05}),
     ("banana", "hmc", {"step_size": 0.1, "leapfrog_steps": 3, "jitter": True}),
     ("banana", "sgnht", {"step_size": 0.01}),
+    ("banana", "rmsprop-sgld", {"step_size": 0.01}),
+    ("banana", "adam-sgld", {"step_size": 0.01}),
     ("banana", "baoab", {"step_size": 0.05}),
     # minibatch indices replayed, and an autograd gradient traced through torch.func
     ("tanh", "sgld", {"step_size": 1e-4, "batch_size": 10}),
