@@ -1,0 +1,304 @@
+"""RunSpec: the validated description of one background run, its memory estimate and its build.
+
+The app and the CLI both produce a RunSpec; the worker builds the run from it. Target and sampler
+parameters are validated by their registries (the single source of ranges and defaults), so a
+spec always holds complete, coerced params and survives a JSON round trip unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, get_args, get_origin
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
+
+import landscapes
+import samplers
+from landscapes import ParamError, Target
+from samplers import Kernel
+
+# Observables computed alongside the chains: name -> one-line doc (the LLC issue adds "llc").
+OBSERVABLES: dict[str, str] = {}
+
+# Records buffered on the device between two flushes when flush_every is 0 (auto, ~0.5 s): the
+# run loop must not buffer more than this, since the estimate below counts on it.
+AUTO_FLUSH_RECORDS = 1024
+GiB = 2**30
+
+
+class SpecError(ValueError):
+    """A bad run spec: ``field`` is the dotted path, ``message`` says what was given and allowed."""
+
+    def __init__(self, field: str, message: str):
+        self.field, self.message = field, message
+        super().__init__(f"{field}: {message}")
+
+
+def _fail(field: str, message: str) -> PydanticCustomError:
+    # A pydantic error that carries our own field path and message through ValidationError.
+    return PydanticCustomError("spec", "{field}: {message}", {"field": field, "message": message})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # pydantic's lax mode would read True as 1 chain
+            raise ValueError("no field takes a boolean")
+        return value
+
+
+class Component(_Model):
+    """A target or a sampler: a registry name and its parameters (completed on validation)."""
+
+    name: str
+    params: dict[str, Any] = {}
+
+
+class Record(_Model):
+    """What the run loop records besides loss, accepted and diverged."""
+
+    positions: Literal["auto", "all", "projection", "none"] = "auto"  # auto: all when d <= 64
+    projection_dim: int = Field(8, ge=1, le=64)  # dims of the random projection when d > 64
+    snapshots: int = Field(200, ge=0, le=10_000)  # thinned full positions for PCA when d > 64
+
+
+class RunSpec(_Model):
+    target: Component
+    sampler: Component
+    # Bounds (ge, le) also write the error messages; those that depend on steps are in _check.
+    chains: int = Field(64, ge=1, le=1_000_000)
+    steps: int = Field(1000, ge=1, le=1_000_000_000)
+    burn_in: int = 0  # 0 .. steps-1
+    thin: int = 1  # 1 .. steps
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    device: str = Field("auto", description="'auto', 'cpu', 'cuda' or 'cuda:<i>'")
+    dtype: Literal["float32", "float64"] = "float32"
+    record: Record = Record()
+    observables: list[str] = []
+    flush_every: int = 0  # 0: auto (every ~0.5 s); else 1 .. steps
+
+    @model_validator(mode="after")
+    def _check(self) -> RunSpec:
+        # Only the syntax: a spec written on a GPU machine must still load (from the store) on
+        # one without; availability is checked by check_budget and build.
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise _fail(
+                "device", f"must be {_allowed(RunSpec.model_fields['device'])}, got {self.device!r}"
+            )
+        steps = self.steps
+        for field, low, high, note in (
+            ("burn_in", 0, steps - 1, " (below steps)"),
+            ("thin", 1, steps, " (at most steps)"),
+            ("flush_every", 0, steps, " (0: auto)"),
+        ):
+            if not low <= (value := getattr(self, field)) <= high:
+                raise _fail(field, f"must be an integer in [{low}, {high}]{note}, got {value}")
+        for role, registry in (("target", landscapes.REGISTRY), ("sampler", samplers.REGISTRY)):
+            part = getattr(self, role)
+            if part.name not in registry:
+                raise _fail(f"{role}.name", f"must be one of {sorted(registry)}, got {part.name!r}")
+            try:  # storing the validated params back makes JSON lists tuples again: round trip
+                part.params = registry[part.name].validate(part.params)
+            except ParamError as exc:
+                raise _fail(*_param_error(exc, role, part.name)) from None
+        for name in self.observables:
+            if name not in OBSERVABLES:
+                raise _fail(
+                    "observables", f"must be names from {sorted(OBSERVABLES)}, got {name!r}"
+                )
+        return self
+
+
+def _param_error(exc: ParamError, role: str, name: str) -> tuple[str, str]:
+    """Registry errors name "<name>.<param>"; users wrote "<role>.params.<param>"."""
+    text = str(exc).removeprefix(f"{exc.field}: ")
+    prefix = f"{name}."
+    if exc.field.startswith(prefix):
+        return f"{role}.params.{exc.field[len(prefix) :]}", text
+    return f"{role}.{exc.field}", text
+
+
+def _allowed(info: FieldInfo) -> str:
+    """What a field accepts, in words, from its annotation and bounds."""
+    kind = info.annotation
+    if info.description:
+        return info.description
+    if get_origin(kind) is Literal:
+        return f"one of {list(get_args(kind))}"
+    if kind is int:
+        low = next((m.ge for m in info.metadata if hasattr(m, "ge")), None)
+        high = next((m.le for m in info.metadata if hasattr(m, "le")), None)
+        return "an integer" + (f" in [{low}, {high}]" if low is not None else "")
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return f"an object with keys {list(kind.model_fields)}"
+    if get_origin(kind) is list:
+        return f"a list of names from {sorted(OBSERVABLES)}"
+    if get_origin(kind) is dict:
+        return "an object (parameter name -> value)"
+    return "a string"
+
+
+def _explain(error: dict[str, Any]) -> SpecError:
+    """One pydantic error -> a SpecError in our words (pydantic's own text is for developers)."""
+    if error["type"] == "spec":
+        return SpecError(error["ctx"]["field"], error["ctx"]["message"])
+    loc = tuple(str(part) for part in error["loc"])
+    path = ".".join(loc) or "spec"
+    if error["type"] == "json_invalid":
+        return SpecError(path, f"invalid JSON: {error['ctx']['error']}")
+    kind, info, fields = RunSpec, None, {}
+    for part in loc:  # walk the nested models down to the failing field
+        fields = kind.model_fields if isinstance(kind, type) and issubclass(kind, BaseModel) else {}
+        if part not in fields:
+            break
+        info = fields[part]
+        kind = info.annotation
+    if error["type"] == "extra_forbidden":
+        return SpecError(path, f"unknown field; allowed: {list(fields)}")
+    if error["type"] == "missing":
+        return SpecError(path, "is required")
+    allowed = _allowed(info) if info else f"an object with keys {list(RunSpec.model_fields)}"
+    return SpecError(path, f"must be {allowed}, got {error['input']!r}")
+
+
+def parse_spec(data: dict[str, Any] | str) -> RunSpec:
+    """A RunSpec from a dict or a JSON string; any problem is one SpecError naming the field."""
+    try:
+        if isinstance(data, str):
+            return RunSpec.model_validate_json(data)
+        return RunSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc.errors()[0]) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory estimate.
+
+
+@dataclass(frozen=True)
+class Estimate:
+    dim: int  # d, parameters per chain
+    device_bytes: int
+    store_bytes: int
+    recorded_dims: int  # d (all), projection_dim (projection) or 0 (none)
+    records: int  # recorded steps, ceil(steps / thin)
+    positions: str  # "all", "projection" or "none": "auto" resolved
+
+
+@functools.lru_cache(maxsize=64)
+def _target_facts(name: str, params_json: str) -> tuple[int, int, int]:
+    """(d, numel of floating tensors, bytes of other tensors) of a target built on the CPU.
+
+    Only numbers are cached: holding the target would keep its dataset alive.
+    """
+    target = landscapes.make(name, device="cpu", dtype="float32", **json.loads(params_json))
+    tensors = [v for v in vars(target).values() if isinstance(v, torch.Tensor)]
+    floats = sum(t.numel() for t in tensors if t.is_floating_point())
+    others = sum(t.numel() * t.element_size() for t in tensors if not t.is_floating_point())
+    return target.dim, floats, others
+
+
+def estimate(spec: RunSpec) -> Estimate:
+    """Device and store bytes of a run, from d (the target is built on the CPU to find it)."""
+    key = json.dumps(spec.target.params, sort_keys=True)
+    try:
+        dim, data_floats, data_other = _target_facts(spec.target.name, key)
+    except ParamError as exc:  # e.g. a DLN size class whose dataset is too big to hold
+        raise SpecError(*_param_error(exc, "target", spec.target.name)) from None
+    itemsize = 4 if spec.dtype == "float32" else 8
+    positions = spec.record.positions
+    if positions == "auto":
+        positions = "all" if dim <= 64 else "projection"
+    recorded = {"all": dim, "projection": spec.record.projection_dim, "none": 0}[positions]
+    records = math.ceil(spec.steps / spec.thin)
+    chains = spec.chains
+    # K = 8 [C, d] tensors live at once: position, localization center, gradient, injected
+    # noise, momentum or preconditioner state, and about three temporaries of the update.
+    state = itemsize * chains * dim * 8
+    data = data_floats * itemsize + data_other  # dataset and truths move to the device too
+    per_flush = AUTO_FLUSH_RECORDS if spec.flush_every == 0 else spec.flush_every // spec.thin + 1
+    buffer = min(records, per_flush) * chains * (itemsize + 2 + itemsize * recorded)
+    # The store keeps float32 loss, bool accepted, bool diverged and float32 positions per record,
+    # plus the PCA snapshots when positions are projected (all positions already allow the PCA).
+    store = records * chains * (4 + 1 + 1 + 4 * recorded)
+    if positions == "projection" and dim > 64:
+        store += min(spec.record.snapshots, records) * chains * dim * 4
+    return Estimate(dim, state + data + buffer, store, recorded, records, positions)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _device_memory(device: torch.device) -> int:
+    """80% of the physical memory of the device the run will use."""
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device.index or 0).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(0.8 * total)
+
+
+def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
+    """The estimate, or a SpecError on "memory" when the device or the store would overflow.
+
+    Budget: ``budget_bytes``, else $BASIN_MEMORY_BUDGET (bytes), for both; else 8 GiB for the
+    store and 80% of the device's memory (RAM on CPU) for the device.
+    """
+    est = estimate(spec)
+    if budget_bytes is None and os.environ.get("BASIN_MEMORY_BUDGET"):
+        budget_bytes = int(os.environ["BASIN_MEMORY_BUDGET"])
+    if budget_bytes is not None:
+        device_budget = store_budget = budget_bytes
+    else:
+        device_budget, store_budget = _device_memory(_device(spec)), 8 * GiB
+    if est.device_bytes > device_budget or est.store_bytes > store_budget:
+        budget = _human(device_budget)
+        if store_budget != device_budget:
+            budget = f"{budget} (device) and {_human(store_budget)} (store)"
+        raise SpecError(
+            "memory",
+            f"needs ~{_human(est.device_bytes)} of device memory and ~{_human(est.store_bytes)} "
+            f"of store, over the budget of {budget}; lower chains or steps, raise thin, "
+            "or record fewer positions",
+        )
+    return est
+
+
+# ---------------------------------------------------------------------------------------------
+# Build.
+
+
+def _device(spec: RunSpec) -> torch.device:
+    try:
+        return landscapes.resolve_device(spec.device)
+    except ParamError as exc:  # e.g. "cuda" asked for on a machine without one
+        raise SpecError("device", str(exc).removeprefix("device: ")) from None
+
+
+def build(spec: RunSpec) -> tuple[Target, Kernel, torch.device]:
+    """The target on the spec's device and dtype, and the kernel, for the run loop."""
+    device = _device(spec)
+    try:
+        target = landscapes.make(
+            spec.target.name, device=device, dtype=spec.dtype, **spec.target.params
+        )
+    except ParamError as exc:  # builder-level checks (e.g. dln.rank above the smallest width)
+        raise SpecError(*_param_error(exc, "target", spec.target.name)) from None
+    kernel = samplers.make(spec.sampler.name, **spec.sampler.params)
+    return target, kernel, target.device

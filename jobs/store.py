@@ -1,0 +1,434 @@
+"""The embedded Store: run metadata and recorded arrays, shared by the app, workers and the CLI.
+
+Each process (the app, every worker, the CLI) opens its own ``Store`` on the same home directory;
+nothing is shared in memory. SQLite in WAL mode gives many concurrent readers and one writer at a
+time per file, and every write below is a single transaction, so a reader in another process sees
+a consistent prefix of a run, never a torn chunk. Layout under the home directory::
+
+    basin.sqlite          one row per run (spec, status, progress, heartbeat, ...)
+    runs/<run_id>.sqlite  that run's recorded chunks and named side arrays
+
+A file per run means writers of different runs never contend and deleting a run frees its space.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+STATUSES = ("queued", "running", "completed", "cancelled", "failed", "interrupted")
+FINAL = ("completed", "cancelled", "failed", "interrupted")
+BUSY_TIMEOUT_S = 10.0
+OPEN_RUN_FILES = 16  # per thread; a sweep's many runs must not exhaust file descriptors
+
+_META_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, spec TEXT NOT NULL, status TEXT NOT NULL, created REAL NOT NULL,
+    started REAL, finished REAL, progress TEXT NOT NULL, error TEXT, summary TEXT,
+    worker_pid INTEGER, heartbeat REAL, cancel_requested INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS runs_status ON runs (status, created);
+"""
+# Columns before `data` so that scans never touch the blobs' overflow pages.
+_RUN_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    start INTEGER NOT NULL, name TEXT NOT NULL, n INTEGER NOT NULL, dtype TEXT NOT NULL,
+    shape TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (start, name));
+CREATE TABLE IF NOT EXISTS arrays (
+    name TEXT PRIMARY KEY, dtype TEXT NOT NULL, shape TEXT NOT NULL, data BLOB NOT NULL);
+"""
+_COLUMNS = (
+    "id, spec, status, created, started, finished, progress, error, summary, worker_pid, "
+    "heartbeat, cancel_requested"
+)
+
+
+@dataclass
+class RunRecord:
+    """One run's metadata as stored; a snapshot, re-read with ``Store.get`` to see changes."""
+
+    id: str
+    spec: dict
+    status: str
+    created: float
+    started: float | None
+    finished: float | None
+    progress: dict
+    error: str | None
+    summary: dict | None
+    worker_pid: int | None
+    heartbeat: float | None
+    cancel_requested: bool
+
+    @classmethod
+    def _from_row(cls, row: tuple) -> RunRecord:
+        values = list(row)  # in _COLUMNS order; spec, progress and summary are JSON
+        values[1], values[6] = json.loads(values[1]), json.loads(values[6])
+        values[8] = None if values[8] is None else json.loads(values[8])
+        values[11] = bool(values[11])
+        return cls(*values)
+
+
+def _connect(path: Path, create: bool) -> sqlite3.Connection:
+    """Autocommit connection (transactions are explicit); mode=rw never recreates a deleted file."""
+    uri = f"{path.as_uri()}?mode={'rwc' if create else 'rw'}"
+    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: never corrupt, at most the last tx
+    return conn
+
+
+@contextlib.contextmanager
+def _tx(conn: sqlite3.Connection, mode: str = "IMMEDIATE"):
+    """One transaction: IMMEDIATE takes the write lock up front (no upgrade deadlocks)."""
+    conn.execute(f"BEGIN {mode}")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _blob(array: np.ndarray) -> tuple[str, str, bytes]:
+    """Raw bytes + dtype + shape: no pickle, readable by any numpy."""
+    array = np.ascontiguousarray(array)
+    if array.dtype.hasobject or array.dtype.fields is not None:
+        raise ValueError(f"cannot store arrays of dtype {array.dtype}: use plain numeric types")
+    return array.dtype.str, json.dumps(array.shape), array.tobytes()
+
+
+def _unblob(dtype: str, shape: str, data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(json.loads(shape))
+
+
+_last_ms = 0
+
+
+def _new_id() -> str:
+    """Sortable by creation time (strictly within a process), unique by the random suffix."""
+    global _last_ms
+    _last_ms = max(int(time.time() * 1000), _last_ms + 1)
+    seconds, ms = divmod(_last_ms, 1000)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(seconds))
+    return f"{stamp}{ms:03d}-{secrets.token_hex(2)}"
+
+
+def _pid_alive(pid: int) -> bool:
+    """Signal 0 checks that a process exists without touching it (POSIX, same host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Store:
+    """Runs and their arrays under ``home`` (argument, else $BASIN_HOME, else ./.basin)."""
+
+    def __init__(self, home: str | os.PathLike | None = None):
+        self.home = Path(home or os.environ.get("BASIN_HOME") or ".basin").resolve()
+        (self.home / "runs").mkdir(parents=True, exist_ok=True)
+        self._pid = os.getpid()
+        self._local = threading.local()
+        self._db().executescript(_META_SCHEMA)  # IF NOT EXISTS: safe from any number of processes
+
+    # -- connections: one per thread (sqlite3 objects must not cross threads or forks) -------
+
+    def _state(self) -> threading.local:
+        if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
+            self._pid, self._local = os.getpid(), threading.local()
+        if not hasattr(self._local, "db"):
+            self._local.db = _connect(self.home / "basin.sqlite", create=True)
+            self._local.runs = OrderedDict()
+        return self._local
+
+    def _db(self) -> sqlite3.Connection:
+        return self._state().db
+
+    def _path(self, run_id: str) -> Path:
+        if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
+            raise KeyError(f"invalid run id {run_id!r}")
+        return self.home / "runs" / f"{run_id}.sqlite"
+
+    def _run(self, run_id: str, create: bool = False) -> sqlite3.Connection:
+        """The run file's connection; KeyError once the run is deleted (by any process)."""
+        path, cache = self._path(run_id), self._state().runs
+        if not create and not path.exists():
+            self._forget(run_id)
+            raise KeyError(f"unknown run {run_id!r} (no data file {path})")
+        if run_id not in cache:
+            try:
+                cache[run_id] = _connect(path, create)
+            except sqlite3.OperationalError:
+                raise KeyError(f"unknown run {run_id!r} (cannot open {path})") from None
+            if create:
+                cache[run_id].executescript(_RUN_SCHEMA)
+            while len(cache) > OPEN_RUN_FILES:
+                cache.popitem(last=False)[1].close()
+        cache.move_to_end(run_id)
+        return cache[run_id]
+
+    def _forget(self, run_id: str) -> None:
+        conn = self._state().runs.pop(run_id, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Close this thread's connections (others close when their thread's Store is dropped)."""
+        state = self._state()
+        for conn in state.runs.values():
+            conn.close()
+        state.runs.clear()
+        state.db.close()
+        del self._local.db
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    def create(self, spec: dict) -> str:
+        """A new queued run, e.g. id "20250131-142501123-9f3a" (UTC time to the ms, random)."""
+        spec_json = json.dumps(spec)
+        run_id = _new_id()
+        while self._path(run_id).exists():
+            run_id = _new_id()
+        self._run(run_id, create=True)  # the file exists before anyone can see the run
+        with _tx(self._db()) as db:
+            db.execute(
+                "INSERT INTO runs (id, spec, status, created, progress) VALUES (?, ?, ?, ?, ?)",
+                (run_id, spec_json, "queued", time.time(), json.dumps({})),
+            )
+        return run_id
+
+    def get(self, run_id: str) -> RunRecord:
+        row = self._db().execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"unknown run {run_id!r} in {self.home / 'basin.sqlite'}")
+        return RunRecord._from_row(row)
+
+    def list(self, status: str | None = None) -> list[RunRecord]:
+        """Newest first; ``status`` filters to one of STATUSES."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        where, args = ("WHERE status = ?", (status,)) if status else ("", ())
+        sql = f"SELECT {_COLUMNS} FROM runs {where} ORDER BY created DESC, rowid DESC"
+        return [RunRecord._from_row(r) for r in self._db().execute(sql, args)]
+
+    def _update(self, run_id: str, sql: str, args: tuple = ()) -> None:
+        with _tx(self._db()) as db:
+            if db.execute(f"UPDATE runs SET {sql} WHERE id = ?", (*args, run_id)).rowcount == 0:
+                raise KeyError(f"unknown run {run_id!r}")
+
+    def claim(self, worker_pid: int) -> RunRecord | None:
+        """Take the oldest queued run; the write lock makes two claimers never take the same."""
+        now = time.time()
+        with _tx(self._db()) as db:
+            row = db.execute(
+                "SELECT id FROM runs WHERE status = 'queued' ORDER BY created, rowid LIMIT 1"
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute(
+                "UPDATE runs SET status = 'running', started = ?, finished = NULL, worker_pid = ?,"
+                " heartbeat = ?, error = NULL WHERE id = ?",
+                (now, worker_pid, now, row[0]),
+            )
+        return self.get(row[0])
+
+    def heartbeat(self, run_id: str) -> None:
+        self._update(run_id, "heartbeat = ?", (time.time(),))
+
+    def set_progress(self, run_id: str, progress: dict) -> None:
+        """Replace the progress dict; a worker that reports progress is alive, so beat too."""
+        self._update(run_id, "progress = ?, heartbeat = ?", (json.dumps(progress), time.time()))
+
+    def finish(
+        self, run_id: str, status: str, error: str | None = None, summary: dict | None = None
+    ) -> None:
+        if status not in FINAL:
+            raise ValueError(f"finish status must be one of {FINAL}, got {status!r}")
+        summary_json = None if summary is None else json.dumps(summary)
+        self._update(
+            run_id,
+            "status = ?, finished = ?, error = ?, summary = ?",
+            (status, time.time(), error, summary_json),
+        )
+
+    def requeue(self, run_id: str) -> None:
+        """Back to queued for a worker to resume; progress and recorded arrays are kept."""
+        self._update(
+            run_id,
+            "status = 'queued', started = NULL, finished = NULL, error = NULL, worker_pid = NULL,"
+            " heartbeat = NULL, cancel_requested = 0",
+        )
+
+    def request_cancel(self, run_id: str) -> None:
+        """Queued runs end now; a running one is flagged, and its worker stops at its next check."""
+        with _tx(self._db()) as db:
+            row = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown run {run_id!r}")
+            if row[0] == "queued":
+                sql = "UPDATE runs SET status = 'cancelled', finished = ? WHERE id = ?"
+                db.execute(sql, (time.time(), run_id))
+            elif row[0] == "running":
+                db.execute("UPDATE runs SET cancel_requested = 1 WHERE id = ?", (run_id,))
+
+    def mark_stale(self, timeout_s: float = 10.0, alive=None) -> list[str]:
+        """Running runs whose worker died or went silent become interrupted; returns their ids."""
+        alive = alive or _pid_alive
+        now, stale = time.time(), []
+        with _tx(self._db()) as db:
+            rows = db.execute(
+                "SELECT id, worker_pid, heartbeat, started FROM runs WHERE status = 'running'"
+            ).fetchall()
+            for run_id, pid, beat, started in rows:
+                age = now - (beat or started or now)
+                gone = pid is not None and not alive(pid)
+                if age <= timeout_s and not gone:
+                    continue
+                why = "process gone; " if gone else ""
+                error = f"worker {pid} stopped ({why}no heartbeat for {age:.0f} s)"
+                db.execute(
+                    "UPDATE runs SET status = 'interrupted', finished = ?, error = ? WHERE id = ?",
+                    (now, error, run_id),
+                )
+                stale.append(run_id)
+        return stale
+
+    def delete(self, run_id: str) -> None:
+        """Remove the run; a worker still writing it gets KeyError on its next call."""
+        with _tx(self._db()) as db:
+            if db.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount == 0:
+                raise KeyError(f"unknown run {run_id!r}")
+        self._forget(run_id)
+        path = self._path(run_id)
+        for suffix in ("", "-wal", "-shm"):
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+    # -- recorded arrays -----------------------------------------------------------------------
+
+    def append(self, run_id: str, step: int, arrays: dict[str, np.ndarray]) -> None:
+        """One chunk of records starting at record ``step``, all names in one transaction.
+
+        Chunks must be contiguous, so a retried flush is refused instead of duplicated, and every
+        chunk carries the names, dtypes and trailing shapes of the first one.
+        """
+        arrays = {name: np.asarray(a) for name, a in arrays.items()}
+        lengths = {a.shape[0] if a.ndim else None for a in arrays.values()}
+        if not arrays or len(lengths) != 1 or None in lengths:
+            raise ValueError(f"chunk arrays must share one leading length, got {lengths}")
+        n = lengths.pop()
+        rows = [(name, *_blob(a)) for name, a in arrays.items()]
+        with _tx(self._run(run_id)) as conn:
+            end = self._end(conn)
+            if step != end:
+                raise ValueError(f"run {run_id}: chunk starts at {step}, expected {end}")
+            heads = conn.execute("SELECT name, dtype, shape FROM chunks WHERE start = 0")
+            first = {name: (dtype, json.loads(shape)[1:]) for name, dtype, shape in heads}
+            if first and set(first) != set(arrays):
+                raise ValueError(f"chunk names {sorted(arrays)} differ from {sorted(first)}")
+            for name, a in arrays.items():
+                if name in first and first[name] != (a.dtype.str, [*a.shape[1:]]):
+                    raise ValueError(f"{name}: {a.dtype} {a.shape[1:]} differs from chunk 0")
+            if n:
+                conn.executemany(
+                    "INSERT INTO chunks (start, name, n, dtype, shape, data) VALUES (?,?,?,?,?,?)",
+                    [(step, name, n, *blob) for name, *blob in rows],
+                )
+
+    @staticmethod
+    def _end(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT start + n FROM chunks ORDER BY start DESC LIMIT 1").fetchone()
+        return row[0] if row else 0
+
+    def records(self, run_id: str) -> int:
+        return self._end(self._run(run_id))
+
+    def read(
+        self, run_id: str, since: int = 0, names: list[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Records ``since`` onward, concatenated per name; {} before the first chunk.
+
+        Names never recorded are left out (not every kernel records ``accepted``).
+        """
+        since = max(int(since), 0)
+        filt, args = "", ()
+        if names is not None:
+            filt, args = f" AND name IN ({','.join('?' * len(names))})", tuple(names)
+        # From the chunk holding `since` on (the primary key's index finds it), in one snapshot.
+        sql = (
+            "SELECT start, name, dtype, shape, data FROM chunks WHERE start >= COALESCE("
+            f"(SELECT MAX(start) FROM chunks WHERE start <= ?), 0) AND start + n > ?{filt}"
+            " ORDER BY start"
+        )
+        first = f"SELECT name, dtype, shape FROM chunks WHERE start = 0{filt}"
+        with _tx(self._run(run_id), "DEFERRED") as conn:
+            heads = conn.execute(first, args).fetchall()
+            rows = conn.execute(sql, (since, since, *args)).fetchall()
+        parts: dict[str, list[np.ndarray]] = {name: [] for name, _, _ in heads}
+        for start, name, *blob in rows:
+            parts[name].append(_unblob(*blob)[max(since - start, 0) :])
+        out = {}
+        for name, dtype, shape in heads:
+            empty = np.empty((0, *json.loads(shape)[1:]), dtype=np.dtype(dtype))
+            out[name] = np.concatenate(parts[name]) if parts[name] else empty
+        return out
+
+    def put_array(self, run_id: str, name: str, array: np.ndarray) -> None:
+        """A side array (projection, snapshots, w0) replaced as a whole, in one transaction."""
+        with _tx(self._run(run_id)) as conn:
+            conn.execute("INSERT OR REPLACE INTO arrays VALUES (?, ?, ?, ?)", (name, *_blob(array)))
+
+    def get_array(self, run_id: str, name: str) -> np.ndarray | None:
+        sql = "SELECT dtype, shape, data FROM arrays WHERE name = ?"
+        row = self._run(run_id).execute(sql, (name,)).fetchone()
+        return None if row is None else _unblob(*row)
+
+    # -- export --------------------------------------------------------------------------------
+
+    def _export(self, run_id: str, burn_in: int, thin: int) -> dict[str, np.ndarray]:
+        """Records after burn-in, every thin-th, chain-major ([chains, draws, ...]); 1-D stay."""
+        if burn_in < 0 or thin < 1:
+            raise ValueError(f"need burn_in >= 0 and thin >= 1, got {burn_in}, {thin}")
+        data = self.read(run_id, since=burn_in)
+        data = {name: a[::thin] for name, a in data.items()}
+        return {name: np.swapaxes(a, 0, 1) if a.ndim > 1 else a for name, a in data.items()}
+
+    def export_npz(self, run_id: str, path, burn_in: int = 0, thin: int = 1) -> Path:
+        """The recorded arrays chain-major, e.g. position [chains, draws, d], step [draws]."""
+        path = Path(path)
+        with open(path, "wb") as f:  # a file object: np.savez must not append ".npz"
+            np.savez(f, **self._export(run_id, burn_in, thin))
+        return path
+
+    def export_netcdf(self, run_id: str, path, burn_in: int = 0, thin: int = 1) -> Path:
+        """ArviZ InferenceData: position in posterior, per-chain statistics in sample_stats."""
+        import arviz as az  # heavy; only exports need it
+
+        data = self._export(run_id, burn_in, thin)
+        step = data.pop("step", None)
+        per_chain = {k: v for k, v in data.items() if v.ndim > 1}
+        posterior = {"position": per_chain.pop("position")} if "position" in per_chain else {}
+        coords, dims = {}, {}
+        if posterior:
+            coords["dim"] = np.arange(posterior["position"].shape[2])
+            dims["position"] = ["dim"]
+        if step is not None:
+            coords["draw"] = step
+        with warnings.catch_warnings():  # "more chains than draws" is expected for short runs
+            warnings.simplefilter("ignore", UserWarning)
+            idata = az.from_dict(posterior, sample_stats=per_chain, coords=coords, dims=dims)
+        idata.to_netcdf(str(path))
+        return Path(path)

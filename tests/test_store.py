@@ -1,0 +1,364 @@
+"""jobs.store: run metadata, claims across processes, chunked arrays, exports."""
+
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from jobs.store import STATUSES, RunRecord, Store
+
+CHAINS, DIM = 3, 4
+
+
+def _chunk(rng, start, n, chains=CHAINS, dim=DIM):
+    """A random chunk of records in the layout a run loop flushes (time-major)."""
+    return {
+        "step": np.arange(start, start + n, dtype=np.int64),
+        "loss": rng.standard_normal((n, chains)).astype(np.float32),
+        "accepted": rng.random((n, chains)).astype(np.float32),
+        "diverged": rng.random((n, chains)) < 0.1,
+        "position": rng.standard_normal((n, chains, dim)).astype(np.float32),
+    }
+
+
+def _fill(store, run_id, sizes, seed=0):
+    """Append chunks of the given sizes; returns the concatenation of what was appended."""
+    rng, start, chunks = np.random.default_rng(seed), 0, []
+    for n in sizes:
+        chunks.append(_chunk(rng, start, n))
+        store.append(run_id, start, chunks[-1])
+        start += n
+    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+# -- metadata ----------------------------------------------------------------------------------
+
+
+def test_create_get_list(tmp_path):
+    store = Store(tmp_path)
+    ids = [store.create({"target": "banana", "i": i}) for i in range(3)]
+    assert len(set(ids)) == 3 and ids == sorted(ids)  # sortable by creation
+    run = store.get(ids[1])
+    assert isinstance(run, RunRecord) and run.spec == {"target": "banana", "i": 1}
+    assert run.status == "queued" and run.started is None and not run.cancel_requested
+    assert [r.id for r in store.list()] == ids[::-1]
+    assert [r.id for r in store.list("queued")] == ids[::-1] and store.list("running") == []
+    assert (tmp_path / "basin.sqlite").exists()
+    assert (tmp_path / "runs" / f"{ids[0]}.sqlite").exists()
+    with pytest.raises(KeyError, match="nope"):
+        store.get("nope")
+    with pytest.raises(ValueError, match="status"):
+        store.list("done")
+
+
+def test_home_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("BASIN_HOME", str(tmp_path / "h"))
+    assert Store().home == (tmp_path / "h").resolve()
+
+
+def test_status_transitions(tmp_path):
+    store = Store(tmp_path)
+    a, b = store.create({"n": 1}), store.create({"n": 2})
+    assert store.claim(worker_pid=123).id == a  # the oldest first
+    run = store.get(a)
+    assert (run.status, run.worker_pid) == ("running", 123)
+    assert run.started is not None and run.heartbeat is not None
+    store.set_progress(a, {"steps_done": 5, "steps_total": 10, "steps_per_second": 2.0})
+    assert store.get(a).progress["steps_done"] == 5
+    store.finish(a, "completed", summary={"llc": 1.5})
+    run = store.get(a)
+    assert run.status == "completed" and run.summary == {"llc": 1.5} and run.finished is not None
+    store.requeue(a)
+    assert store.get(a).status == "queued" and store.get(a).progress["steps_done"] == 5
+    # a requeued run keeps its place: it is still the oldest
+    assert store.claim(1).id == a and store.claim(1).id == b and store.claim(1) is None
+    store.finish(b, "failed", error="boom")
+    assert (store.get(b).status, store.get(b).error) == ("failed", "boom")
+    with pytest.raises(ValueError, match="finish status"):
+        store.finish(a, "running")
+    with pytest.raises(KeyError):
+        store.heartbeat("nope")
+    assert set(STATUSES) >= {r.status for r in store.list()}
+
+
+def test_request_cancel(tmp_path):
+    store = Store(tmp_path)
+    queued, running = store.create({}), store.create({})
+    store.claim(1)  # takes `queued`, the oldest
+    queued, running = running, queued
+    store.request_cancel(queued)
+    assert store.get(queued).status == "cancelled" and store.get(queued).finished is not None
+    store.request_cancel(running)
+    run = store.get(running)
+    assert run.status == "running" and run.cancel_requested
+    store.finish(running, "cancelled")
+    store.request_cancel(running)  # already over: nothing changes
+    assert store.get(running).status == "cancelled"
+    with pytest.raises(KeyError):
+        store.request_cancel("nope")
+
+
+def test_mark_stale_old_heartbeat(tmp_path):
+    store = Store(tmp_path)
+    run_id = store.create({})
+    store.claim(os.getpid())
+    assert store.mark_stale(timeout_s=60) == []  # fresh heartbeat, live pid
+    time.sleep(0.05)
+    assert store.mark_stale(timeout_s=0.01) == [run_id]
+    run = store.get(run_id)
+    assert run.status == "interrupted" and f"worker {os.getpid()} stopped" in run.error
+    assert "no heartbeat for" in run.error
+
+
+def test_mark_stale_dead_pid(tmp_path):
+    store = Store(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    live, dead = store.create({}), store.create({})
+    store.claim(os.getpid())
+    store.claim(proc.pid)
+    assert store.mark_stale(timeout_s=60) == [dead]
+    assert store.get(live).status == "running"
+    run = store.get(dead)
+    assert run.status == "interrupted" and f"worker {proc.pid} stopped" in run.error
+    assert store.mark_stale(timeout_s=60, alive=lambda pid: False) == [live]
+
+
+def _claim_all(home, out):
+    store = Store(home)
+    while (run := store.claim(os.getpid())) is not None:
+        out.put(run.id)
+        time.sleep(0.01)  # let the other claimer in
+
+
+def test_concurrent_claims_take_each_run_once(tmp_path):
+    store = Store(tmp_path)
+    ids = [store.create({"i": i}) for i in range(10)]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_claim_all, args=(str(tmp_path), out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    claimed = [out.get(timeout=10) for _ in ids]
+    assert sorted(claimed) == sorted(ids) and out.empty()
+    assert {r.status for r in store.list()} == {"running"}
+
+
+# -- arrays ------------------------------------------------------------------------------------
+
+
+def test_append_read_round_trip(tmp_path):
+    store = Store(tmp_path)
+    run_id = store.create({})
+    assert store.read(run_id) == {} and store.records(run_id) == 0
+    sizes = [5, 1, 7, 3, 4]
+    full = _fill(store, run_id, sizes)
+    assert store.records(run_id) == sum(sizes) == 20
+    got = store.read(run_id)
+    assert set(got) == set(full)
+    for name in full:
+        assert got[name].dtype == full[name].dtype
+        np.testing.assert_array_equal(got[name], full[name])
+    # at boundaries (0, 5, 6, 13, 16), inside chunks, at the end and past it
+    for since in [0, 2, 5, 6, 7, 12, 13, 16, 19, 20, 25]:
+        got = store.read(run_id, since=since)
+        for name in full:
+            np.testing.assert_array_equal(got[name], full[name][since:])
+    empty = store.read(run_id, since=20)
+    assert empty["position"].shape == (0, CHAINS, DIM) and empty["step"].shape == (0,)
+    assert empty["diverged"].dtype == bool
+    only = store.read(run_id, since=3, names=["loss", "never-recorded"])
+    assert list(only) == ["loss"]
+    np.testing.assert_array_equal(only["loss"], full["loss"][3:])
+    with pytest.raises(KeyError):
+        store.read("nope")
+
+
+def test_append_refuses_bad_chunks(tmp_path):
+    store = Store(tmp_path)
+    run_id = store.create({})
+    rng = np.random.default_rng(1)
+    store.append(run_id, 0, _chunk(rng, 0, 4))
+    with pytest.raises(ValueError, match="expected 4"):
+        store.append(run_id, 0, _chunk(rng, 0, 4))  # a retried flush
+    with pytest.raises(ValueError, match="expected 4"):
+        store.append(run_id, 6, _chunk(rng, 6, 4))  # a gap
+    with pytest.raises(ValueError, match="leading length"):
+        store.append(run_id, 4, {"loss": np.zeros((2, 3)), "step": np.zeros(3)})
+    with pytest.raises(ValueError, match="names"):
+        store.append(run_id, 4, {"loss": np.zeros((2, CHAINS), np.float32)})
+    bad = _chunk(rng, 4, 2, dim=DIM + 1)
+    with pytest.raises(ValueError, match="position"):
+        store.append(run_id, 4, bad)
+    assert store.records(run_id) == 4
+    store.append(run_id, 4, _chunk(rng, 4, 2))
+    assert store.records(run_id) == 6
+
+
+def test_side_arrays(tmp_path):
+    store = Store(tmp_path)
+    run_id = store.create({})
+    assert store.get_array(run_id, "projection") is None
+    store.put_array(run_id, "projection", np.eye(3))
+    store.put_array(run_id, "projection", np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(store.get_array(run_id, "projection"), [[0, 1, 2], [3, 4, 5]])
+
+
+def test_delete(tmp_path):
+    store = Store(tmp_path)
+    run_id, other = store.create({}), store.create({})
+    _fill(store, run_id, [3, 3])
+    path = tmp_path / "runs" / f"{run_id}.sqlite"
+    assert path.exists()
+    store.delete(run_id)
+    assert not path.exists() and not list((tmp_path / "runs").glob(f"{run_id}*"))
+    assert [r.id for r in store.list()] == [other]
+    with pytest.raises(KeyError):
+        store.get(run_id)
+    with pytest.raises(KeyError):
+        store.read(run_id)
+    with pytest.raises(KeyError):
+        store.append(run_id, 6, _chunk(np.random.default_rng(), 6, 1))
+    with pytest.raises(KeyError):
+        store.delete(run_id)
+    assert not path.exists()  # a refused append never recreates the file
+
+
+# -- concurrency: readers in one process, writers in others ------------------------------------
+
+N_CHUNKS, C_CONC, D_CONC = 200, 8, 16
+
+
+def _size(i):
+    return 1 + i % 7
+
+
+def _marked_chunk(i, start):
+    """Every value in chunk i says i, so a torn or mixed-up chunk shows."""
+    n = _size(i)
+    return {
+        "step": np.arange(start, start + n, dtype=np.int64),
+        "chunk": np.full(n, i, dtype=np.int64),
+        "loss": np.full((n, C_CONC), i, dtype=np.float32),
+        "diverged": np.full((n, C_CONC), i % 2 == 1),
+        "position": np.full((n, C_CONC, D_CONC), i, dtype=np.float64),
+    }
+
+
+def _write_marked(home, run_id):
+    store, start = Store(home), 0
+    for i in range(N_CHUNKS):
+        store.append(run_id, start, _marked_chunk(i, start))
+        start += _size(i)
+        time.sleep(0.002)
+
+
+def _check_prefix(got, since=0):
+    """A read from `since` must end on a chunk boundary, and each record agree across arrays."""
+    ends = np.cumsum([_size(i) for i in range(N_CHUNKS)])
+    length = since + len(got["step"]) if got else 0
+    assert length == 0 or length in ends
+    if not got:
+        return length
+    np.testing.assert_array_equal(got["step"], np.arange(since, length))
+    chunk_of = np.searchsorted(ends, got["step"], side="right")
+    np.testing.assert_array_equal(got["chunk"], chunk_of)
+    np.testing.assert_array_equal(got["loss"], np.repeat(chunk_of, C_CONC).reshape(-1, C_CONC))
+    np.testing.assert_array_equal(got["diverged"], (got["loss"] % 2) == 1)
+    np.testing.assert_array_equal(got["position"], got["loss"][..., None].repeat(D_CONC, -1))
+    return length
+
+
+def _watch(store, run_ids, procs):
+    """Poll every run while the writers work: full reads and incremental reads by `since`."""
+    seen = {run_id: set() for run_id in run_ids}
+    done = dict.fromkeys(run_ids, 0)
+    while any(p.is_alive() for p in procs):
+        for run_id in run_ids:
+            seen[run_id].add(_check_prefix(store.read(run_id)))
+            since = done[run_id]
+            done[run_id] = _check_prefix(store.read(run_id, since=since), since) or since
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    total = sum(_size(i) for i in range(N_CHUNKS))
+    for run_id in run_ids:
+        assert _check_prefix(store.read(run_id)) == total == store.records(run_id)
+        assert len(seen[run_id] - {0, total}) >= 1  # the reader saw partial runs
+    return seen
+
+
+def test_reader_sees_whole_chunks_while_a_process_writes(tmp_path):
+    store = Store(tmp_path)
+    run_id = store.create({})
+    proc = mp.get_context("spawn").Process(target=_write_marked, args=(str(tmp_path), run_id))
+    proc.start()
+    _watch(store, [run_id], [proc])
+
+
+def test_two_writers_two_runs_one_reader(tmp_path):
+    store = Store(tmp_path)
+    run_ids = [store.create({}), store.create({})]
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_write_marked, args=(str(tmp_path), r)) for r in run_ids]
+    for p in procs:
+        p.start()
+    _watch(store, run_ids, procs)
+
+
+# -- export ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("burn_in", "thin"), [(0, 1), (5, 3), (7, 2), (40, 1)])
+def test_export_npz_is_chain_major(tmp_path, burn_in, thin):
+    store = Store(tmp_path)
+    run_id = store.create({})
+    full = _fill(store, run_id, [4, 9, 2, 8])
+    path = store.export_npz(run_id, tmp_path / "run.data", burn_in=burn_in, thin=thin)
+    assert path == tmp_path / "run.data"
+    keep = slice(burn_in, None, thin)
+    draws = len(range(23)[keep])
+    with np.load(path) as npz:
+        assert set(npz.files) == set(full)
+        assert npz["position"].shape == (CHAINS, draws, DIM)
+        assert npz["loss"].shape == (CHAINS, draws)
+        np.testing.assert_array_equal(npz["step"], full["step"][keep])
+        for name in ("position", "loss", "accepted", "diverged"):
+            np.testing.assert_array_equal(npz[name], np.swapaxes(full[name][keep], 0, 1))
+
+
+def test_export_netcdf_round_trips_through_arviz(tmp_path):
+    import arviz as az
+
+    store = Store(tmp_path)
+    run_id = store.create({})
+    full = _fill(store, run_id, [6, 6, 11])
+    path = store.export_netcdf(run_id, tmp_path / "run.nc", burn_in=3, thin=2)
+    idata = az.from_netcdf(path)
+    position = idata.posterior["position"]
+    assert position.dims == ("chain", "draw", "dim")
+    np.testing.assert_array_equal(position.values, np.swapaxes(full["position"][3::2], 0, 1))
+    np.testing.assert_array_equal(position["draw"].values, full["step"][3::2])
+    for name in ("loss", "accepted", "diverged"):
+        np.testing.assert_array_equal(
+            idata.sample_stats[name].values, np.swapaxes(full[name][3::2], 0, 1)
+        )
+
+
+def test_export_before_any_records(tmp_path):
+    import arviz as az
+
+    store = Store(tmp_path)
+    run_id = store.create({})
+    with np.load(store.export_npz(run_id, tmp_path / "empty.npz")) as npz:
+        assert npz.files == []
+    _fill(store, run_id, [2])
+    idata = az.from_netcdf(store.export_netcdf(run_id, tmp_path / "late.nc", burn_in=5))
+    assert idata.posterior["position"].shape == (CHAINS, 0, DIM)
