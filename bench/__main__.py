@@ -3,6 +3,7 @@
     python -m bench setup-peer [--cuda]     # bench/.peer-venv with jax, blackjax, scikit-learn
     python -m bench engine [--repeats 5] [--steps 500] [--quick] [--device auto|cpu|cuda]
                            [--chains 64,4096] [--no-record]
+    python -m bench jobs [--repeats 5] [--thin 1,10] [--no-record]
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately (Basin, peer,
 Basin, peer, ...) ``--repeats`` times, prints the median chain-steps per second of each side and
@@ -161,6 +162,35 @@ def engine(args: argparse.Namespace) -> None:
     print(f"recorded in {RESULTS}")
 
 
+def jobs(args: argparse.Namespace) -> None:
+    from . import jobs as bench_jobs  # imports torch
+
+    thins = tuple(int(t) for t in args.thin.split(","))
+    print(f"median of {args.repeats} repeats, alternating\n{bench_jobs.HEADER}")
+    rows = bench_jobs.run(args.repeats, thins)
+    if args.no_record:
+        return
+    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    block = [
+        f"## {stamp}: jobs overhead",
+        "",
+        f"`python -m bench {shlex.join(sys.argv[1:])}`: bare `kernel.run` of all steps (nothing "
+        f"recorded) vs `jobs.run.execute` into a fresh Store (build, blocks, records, flushes, "
+        f"progress); the last column adds the end-of-run summary (ESS, R-hat). Median of "
+        f"{args.repeats}, alternating. Goal (issue 4): overhead <= 10%.",
+        "",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
+        f"{platform.python_version()}.",
+        "",
+        bench_jobs.HEADER,
+        *rows,
+        "",
+    ]
+    with RESULTS.open("a") as f:
+        f.write("\n".join(block) + "\n")
+    print(f"recorded in {RESULTS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -175,9 +205,15 @@ def main() -> None:
     run.add_argument("--device", default="auto", help="Basin's device: auto, cpu, cuda[:i]")
     run.add_argument("--chains", help="banana chain counts (default 64,4096)")
     run.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    overhead = sub.add_parser("jobs", help="run-through-jobs overhead vs the bare sampler loop")
+    overhead.add_argument("--repeats", type=int, default=5)
+    overhead.add_argument("--thin", default="1,10", help="thinning values to measure")
+    overhead.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args()
     if args.command == "setup-peer":
         setup_peer(args.cuda)
+    elif args.command == "jobs":
+        jobs(args)
     else:
         engine(args)
 

@@ -230,12 +230,17 @@ class Store:
             if db.execute(f"UPDATE runs SET {sql} WHERE id = ?", (*args, run_id)).rowcount == 0:
                 raise KeyError(f"unknown run {run_id!r}")
 
-    def claim(self, worker_pid: int) -> RunRecord | None:
-        """Take the oldest queued run; the write lock makes two claimers never take the same."""
+    def claim(self, worker_pid: int, run_id: str | None = None) -> RunRecord | None:
+        """Take the oldest queued run (or ``run_id``, when still queued: a foreground run); the
+        write lock makes two claimers never take the same."""
         now = time.time()
         with _tx(self._db()) as db:
+            if run_id is None:
+                query, args = "ORDER BY created, rowid LIMIT 1", ()
+            else:
+                query, args = "AND id = ?", (run_id,)
             row = db.execute(
-                "SELECT id FROM runs WHERE status = 'queued' ORDER BY created, rowid LIMIT 1"
+                f"SELECT id FROM runs WHERE status = 'queued' {query}", args
             ).fetchone()
             if row is None:
                 return None

@@ -39,6 +39,7 @@ class Info:
     loss: Tensor  # [C]: L as the step evaluated it (SG kernels: L_batch(w_t); MH: at w_{t+1})
     accepted: Tensor  # [C] float: 1 where an MH proposal was accepted (1 for kernels without MH)
     diverged: Tensor  # [C] bool
+    position: Tensor | None = None  # [C, d] after the step, when ``run(..., positions=True)``
 
 
 @dataclass
@@ -95,8 +96,10 @@ class Kernel(ABC):
         steps: int,
         fused: bool = False,
         chunk: int | None = None,
+        positions: bool = False,
     ) -> tuple[State, Info]:
-        """``steps`` steps; returns the final state and every step's Info stacked as [T, C].
+        """``steps`` steps; returns the final state and every step's Info stacked as [T, C]
+        (with every step's position, [T, C, d], when ``positions``).
 
         ``fused=True`` runs ``chunk`` steps per compiled call (``samplers.fused``: a scan
         compiled with torch.compile) with their noise and minibatch indices drawn up front; it
@@ -110,14 +113,17 @@ class Kernel(ABC):
         if fused and self.fusable:
             from .fused import run_fused
 
-            state, infos = run_fused(self, state, target, generator, steps, chunk)
+            state, infos = run_fused(self, state, target, generator, steps, chunk, positions)
             steps = 0
         for _ in range(steps):
             state, info = self.step(state, target, generator)
+            if positions:
+                info.position = state.position
             infos.append(info)
         if not infos:  # zero steps: empty [0, C] records
             empty = state.position.new_empty(0, state.position.shape[0])
-            return state, Info(empty, empty, empty.bool())
+            trace = state.position.new_empty(0, *state.position.shape) if positions else None
+            return state, Info(empty, empty, empty.bool(), trace)
         return state, stack_infos(infos)
 
     # -- what each kernel writes -------------------------------------------------------------
@@ -201,10 +207,12 @@ def _where_chain(mask: Tensor, old: Tensor, new: Tensor) -> Tensor:
 def stack_infos(infos: list[Info]) -> Info:
     """Per-step Infos ([C] or already stacked [T, C]) into one Info of [T, C] tensors."""
 
-    def cat(key: str) -> Tensor:
-        return torch.cat([getattr(i, key).reshape(-1, getattr(i, key).shape[-1]) for i in infos])
+    def cat(key: str, ndim: int = 2) -> Tensor:
+        parts = [getattr(i, key) for i in infos]
+        return torch.cat([x.reshape(-1, *x.shape[x.ndim - ndim + 1 :]) for x in parts])
 
-    return Info(loss=cat("loss"), accepted=cat("accepted"), diverged=cat("diverged"))
+    position = None if infos[0].position is None else cat("position", 3)
+    return Info(cat("loss"), cat("accepted"), cat("diverged"), position)
 
 
 def normal(generator: torch.Generator, like: Tensor) -> Tensor:

@@ -52,14 +52,15 @@ class Replay:
         return value
 
 
-def chunk_steps(kernel: Kernel, target):
+def chunk_steps(kernel: Kernel, target, positions: bool = False):
     """The uncompiled chunk (also used by tests): one kernel step per row of the pre-drawn noise.
 
     A ``scan`` over the steps, so the compiled graph holds one step whatever the chunk length:
     compile time does not grow with it, and inductor runs the loop in C++ (unrolling steps in
     the body was measured: no faster, since each step allocates its own intermediates).
     ``active[i]`` false makes step i a no-op, so one compiled length serves any step count.
-    Returns the final position, diverged flags and aux, and each step's Info stacked [steps, C].
+    Returns the final position, diverged flags and aux, and each step's Info stacked [steps, C]
+    (with each step's position, [steps, C, d], when ``positions``).
     """
 
     def run(
@@ -69,7 +70,7 @@ def chunk_steps(kernel: Kernel, target):
         aux: dict[str, Tensor],
         noise: list[Tensor],
         active: Tensor,
-    ) -> tuple[Tensor, Tensor, dict[str, Tensor], Tensor, Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor], Info]:
         keys = list(aux)
 
         def one_step(carry, xs):
@@ -83,14 +84,13 @@ def chunk_steps(kernel: Kernel, target):
             out = (state.position, state.diverged, *(state.aux[k] for k in keys))
             # scan refuses outputs that alias each other or an input: copy those (tiny tensors)
             out = tuple(v.clone() if any(v is c for c in carry) else v for v in out)
-            return out, (info.loss, info.accepted, info.diverged.clone())
+            ys = (info.loss, info.accepted, info.diverged.clone())
+            return out, (*ys, out[0].clone()) if positions else ys
 
-        carry, (loss, accepted, flags) = scan(
-            one_step, (position, diverged, *aux.values()), [*noise, active]
-        )
+        carry, ys = scan(one_step, (position, diverged, *aux.values()), [*noise, active])
         position, diverged, *values = carry
         aux = dict(zip(keys, values, strict=True))
-        return position, diverged, aux, loss, accepted, flags
+        return position, diverged, aux, Info(*ys)
 
     return run
 
@@ -118,10 +118,11 @@ class Compiled:
     """The compiled chunk of a kernel on a target, and the draws one step makes (learned from
     the first eager step). One compiled graph per chunk length (dynamo recompiles on a new one)."""
 
-    def __init__(self, kernel: Kernel, target, device: torch.device):
+    def __init__(self, kernel: Kernel, target, device: torch.device, positions: bool = False):
         self.target = weakref.ref(target)  # the cache lives on the kernel; ids are reused
         options = COMPILE_OPTIONS.get(device.type)
-        self.chunk = torch.compile(chunk_steps(kernel, target), dynamic=False, options=options)
+        run = chunk_steps(kernel, target, positions)
+        self.chunk = torch.compile(run, dynamic=False, options=options)
         self.device = device
         self.plan: list[tuple] | None = None
         self._active: dict[tuple[int, int], Tensor] = {}
@@ -139,14 +140,14 @@ class Compiled:
         return self._active[key]
 
 
-def compiled_entry(kernel: Kernel, target, state: State) -> Compiled:
-    """The ``Compiled`` for (target, shape, dtype, device), cached on the kernel."""
+def compiled_entry(kernel: Kernel, target, state: State, positions: bool = False) -> Compiled:
+    """The ``Compiled`` for (target, shape, dtype, device, positions), cached on the kernel."""
     cache = kernel.__dict__.setdefault("_compiled", {})
     device = state.position.device
-    key = (id(target), state.position.shape, state.position.dtype, str(device))
+    key = (id(target), state.position.shape, state.position.dtype, str(device), positions)
     entry = cache.get(key)
     if entry is None or entry.target() is not target:
-        entry = cache[key] = Compiled(kernel, target, device)
+        entry = cache[key] = Compiled(kernel, target, device, positions)
     return entry
 
 
@@ -157,6 +158,7 @@ def run_fused(
     generator: torch.Generator,
     steps: int,
     chunk: int | None = None,
+    positions: bool = False,
 ) -> tuple[State, list[Info]]:
     """``steps`` steps in compiled chunks of ``chunk`` steps; the last one padded with no-ops.
 
@@ -164,11 +166,12 @@ def run_fused(
     through a ``Recorder`` (chunks start at step >= 1 and need to know the draws of a step)."""
     if steps == 0:
         return state, []
-    entry = compiled_entry(kernel, target, state)
+    entry = compiled_entry(kernel, target, state, positions)
     recorder = Recorder(generator)
     infos = []
     if entry.plan is None or state.step == 0:
         state, info = kernel.step(state, target, recorder)
+        info.position = state.position if positions else None
         infos.append(info)
         steps -= 1
         entry.plan = recorder.plan
@@ -179,10 +182,10 @@ def run_fused(
     for start in range(0, steps, chunk):
         n = min(chunk, steps - start)
         noise = recorder.prepare(chunk)
-        *carry, loss, accepted, flags = entry.chunk(
+        position, diverged, aux, info = entry.chunk(
             state.position, state.center, state.diverged, state.aux, noise, entry.active(chunk, n)
         )
-        position, diverged, aux = carry
         state = replace(state, position=position, diverged=diverged, aux=aux, step=state.step + n)
-        infos.append(Info(loss=loss[:n], accepted=accepted[:n], diverged=flags[:n]))
+        trace = None if info.position is None else info.position[:n]
+        infos.append(Info(info.loss[:n], info.accepted[:n], info.diverged[:n], trace))
     return state, infos

@@ -40,19 +40,22 @@ def test_compiled_chunk_equals_eager_chunk_on_the_same_noise(target_name, name, 
     noise = recorder.prepare(steps)
     active = torch.tensor([True, True, True, False])  # the last step pads the chunk
     args = (state.position, state.center, state.diverged, state.aux, noise, active)
-    eager = chunk_steps(kernel, target)(*args)
+    eager = chunk_steps(kernel, target, positions=True)(*args)
     three = chunk_steps(kernel, target)(*args[:4], [n[:3] for n in noise], active[:3])
     assert torch.equal(three[0], eager[0]) and torch.equal(three[1], eager[1])  # pad: a no-op
     plain = state
     for i in range(3):  # the scan is the plain loop of kernel.step on the same draws
         plain, info = kernel.step(plain, target, Replay([n[i] for n in noise]))
-        torch.testing.assert_close(info.loss, eager[3][i], rtol=1e-12, atol=0)
+        torch.testing.assert_close(info.loss, eager[3].loss[i], rtol=1e-12, atol=0)
+        torch.testing.assert_close(plain.position, eager[3].position[i], rtol=1e-12, atol=0)
     torch.testing.assert_close(plain.position, eager[0], rtol=1e-12, atol=0)
-    compiled = compiled_entry(kernel, target, state).chunk(*args)
-    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-9, atol=1e-12)  # positions
-    torch.testing.assert_close(compiled[3], eager[3], rtol=1e-9, atol=1e-12)  # losses
+    compiled = compiled_entry(kernel, target, state, positions=True).chunk(*args)
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-9, atol=1e-12)  # final positions
     assert torch.equal(compiled[1], eager[1])  # diverged
-    assert torch.equal(compiled[4], eager[4]) and torch.equal(compiled[5], eager[5])  # per step
+    got, want = compiled[3], eager[3]  # per step
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got.position, want.position, rtol=1e-9, atol=1e-12)
+    assert torch.equal(got.accepted, want.accepted) and torch.equal(got.diverged, want.diverged)
     for key in eager[2]:
         torch.testing.assert_close(compiled[2][key], eager[2][key], rtol=1e-9, atol=1e-12)
 
@@ -63,8 +66,9 @@ def test_fused_run_shapes_and_stationarity():
     kernel = samplers.make("mala", step_size=0.05)
     g = torch.Generator().manual_seed(1)
     state = kernel.init(target.exact_sample(g, 2000), target, g)
-    state, info = kernel.run(state, target, g, 2 * 8 + 3, fused=True, chunk=8)
+    state, info = kernel.run(state, target, g, 2 * 8 + 3, fused=True, chunk=8, positions=True)
     assert state.step == 19 and info.loss.shape == (19, 2000) and info.accepted.shape == (19, 2000)
+    assert info.position.shape == (19, 2000, 2) and torch.equal(info.position[-1], state.position)
     # exact draws stay exact under MALA: E x0 = 0, Var x0 = 4, E x1 = 0.4 (within ~5 SE)
     x = state.position.double()
     assert abs(x[:, 0].mean()) < 5 * 2 / 2000**0.5

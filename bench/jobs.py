@@ -1,0 +1,84 @@
+"""``python -m bench jobs``: what running through jobs costs over the bare sampler loop.
+
+Both sides run the same spec on the same device after a warm-up (compiled chunks cached): the bare
+side is one ``kernel.run`` of all steps with nothing recorded; the jobs side is ``jobs.run.execute``
+into a fresh Store (blocks, records kept on the device, flushes to SQLite, progress). Alternating,
+median of the repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+
+import torch
+
+from jobs.run import execute
+from jobs.spec import build, parse_spec
+from jobs.store import Store
+
+CASES = {
+    "banana-sgld": {
+        "target": {"name": "banana", "params": {}},
+        "sampler": {"name": "sgld", "params": {"step_size": 1e-3}},
+        "chains": 4096,
+        "steps": 2000,
+    },
+    "mlp-sgld": {
+        "target": {"name": "mlp", "params": {}},
+        "sampler": {"name": "sgld", "params": {"step_size": 1e-5, "batch_size": 32}},
+        "chains": 8,
+        "steps": 1000,
+    },
+}
+
+
+def bare(spec) -> float:
+    target, kernel, device = build(spec)
+    g = torch.Generator(device=device).manual_seed(spec.seed)
+    state = kernel.init(target.initial(g, spec.chains), target, g)
+    start = time.perf_counter()
+    state, info = kernel.run(state, target, g, spec.steps, fused=kernel.fusable)
+    info.loss.sum().item()  # the device's work is done
+    return time.perf_counter() - start
+
+
+def through_jobs(spec) -> tuple[float, float]:
+    """(seconds of the run itself: build, steps, records, flushes; and with the summary)."""
+    with tempfile.TemporaryDirectory() as home:
+        store = Store(home)
+        run_id = store.create(spec.model_dump(mode="json"))
+        start = time.perf_counter()
+        summary = execute(spec, store, run_id)
+        total = time.perf_counter() - start
+        store.close()
+    return summary["seconds"], total
+
+
+def run(repeats: int, thins: tuple[int, ...]) -> list[str]:
+    rows = []
+    for name, case in CASES.items():
+        for thin in thins:
+            spec = parse_spec({**case, "thin": thin})
+            bare(spec), through_jobs(spec)  # warm-up: compile (cached on disk afterwards)
+            times = {"bare": [], "jobs": [], "total": []}
+            for _ in range(repeats):
+                times["bare"].append(bare(spec))
+                loop, total = through_jobs(spec)
+                times["jobs"].append(loop)
+                times["total"].append(total)
+            b, j, t = (statistics.median(times[k]) for k in ("bare", "jobs", "total"))
+            row = (
+                f"| {name} | {spec.chains} | {spec.steps} | {thin} | {b:.3f} | {j:.3f} | "
+                f"{100 * (j / b - 1):+.0f}% | {t:.3f} |"
+            )
+            print(row, flush=True)
+            rows.append(row)
+    return rows
+
+
+HEADER = (
+    "| case | C | steps | thin | bare s | through jobs s | overhead | with summary s |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|"
+)

@@ -1,0 +1,239 @@
+"""``python -m jobs``: run, submit, list, show, cancel, export and serve runs from the shell.
+
+    python -m jobs run --target banana --sampler mala --param step_size=0.1 --chains 64 \\
+        --steps 1000 --json                      # foreground; progress on stderr
+    python -m jobs run spec.json --json          # a RunSpec as JSON
+    python -m jobs submit ...                    # queue it; prints the run id
+    python -m jobs worker [--slots N]            # serve the queue (the app starts one too)
+    python -m jobs list | show ID [--json] | cancel ID | delete ID
+    python -m jobs export ID --format netcdf|npz --out PATH
+
+A bad spec exits with code 2 and one message naming the field. The store is $BASIN_HOME
+(default ./.basin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from .spec import SpecError, check_budget, parse_spec
+from .store import Store
+
+
+def _value(text: str):
+    """A flag value as JSON when it parses (numbers, lists, true/false), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _pairs(items: list[str], flag: str) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SpecError(flag, f"must be key=value, got {item!r}")
+        out[key.strip()] = _value(value.strip())
+    return out
+
+
+def spec_from_args(args: argparse.Namespace) -> dict:
+    """The spec dict from a spec file and/or flags (flags win)."""
+    data: dict = {}
+    if args.spec:
+        try:
+            data = json.loads(Path(args.spec).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SpecError("spec", f"cannot read {args.spec}: {exc}") from None
+    if args.target:
+        data["target"] = {
+            "name": args.target,
+            "params": _pairs(args.target_param, "--target-param"),
+        }
+    if args.sampler:
+        data["sampler"] = {"name": args.sampler, "params": _pairs(args.param, "--param")}
+    for key in ("chains", "steps", "burn_in", "thin", "seed", "device", "dtype", "flush_every"):
+        if getattr(args, key) is not None:
+            data[key] = getattr(args, key)
+    if args.observe:
+        data["observables"] = args.observe
+    return data
+
+
+def _add_spec_flags(p: argparse.ArgumentParser) -> None:
+    import landscapes
+    import samplers
+
+    p.add_argument("spec", nargs="?", help="a RunSpec as a JSON file (flags override it)")
+    p.add_argument("--target", help=f"one of {sorted(landscapes.REGISTRY)}")
+    p.add_argument("--target-param", action="append", default=[], metavar="K=V")
+    p.add_argument("--sampler", help=f"one of {sorted(samplers.REGISTRY)}")
+    p.add_argument("--param", action="append", default=[], metavar="K=V")
+    p.add_argument("--chains", type=int)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--burn-in", dest="burn_in", type=int)
+    p.add_argument("--thin", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--device", help="auto (CUDA when present), cpu, cuda or cuda:<i>")
+    p.add_argument("--dtype", choices=("float32", "float64"))
+    p.add_argument("--flush-every", dest="flush_every", type=int)
+    p.add_argument("--observe", action="append", default=[], metavar="NAME")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+
+
+def _validated(args: argparse.Namespace):
+    spec = parse_spec(spec_from_args(args))
+    check_budget(spec)
+    return spec
+
+
+def cmd_run(args: argparse.Namespace, store: Store) -> int:
+    from .run import execute
+
+    spec = _validated(args)
+    run_id = store.create(spec.model_dump(mode="json"))
+    record = store.claim(os.getpid(), run_id)
+
+    def report(p) -> None:
+        eta = "?" if p.eta_s is None else f"{p.eta_s:.0f} s"
+        print(
+            f"\r{run_id}: {p.steps_done}/{p.steps_total} steps, {p.steps_per_second:.3g} steps/s, "
+            f"ETA {eta}",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        summary = execute(spec, store, record.id, on_progress=report)
+    except BaseException as exc:
+        store.finish(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    print(file=sys.stderr)
+    store.finish(run_id, summary["status"], summary=summary)
+    if args.json:
+        print(json.dumps(_finite(summary)))
+    else:
+        print(f"{run_id} {summary['status']} in {summary['seconds']:.2f} s")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace, store: Store) -> int:
+    spec = _validated(args)
+    print(store.create(spec.model_dump(mode="json")))
+    return 0
+
+
+def _show(record) -> dict:
+    return {
+        "run_id": record.id,
+        "status": record.status,
+        "target": record.spec["target"]["name"],
+        "sampler": record.spec["sampler"]["name"],
+        "created": record.created,
+        "started": record.started,
+        "finished": record.finished,
+        "progress": record.progress,
+        "worker_pid": record.worker_pid,
+        "error": record.error,
+        "summary": record.summary,
+    }
+
+
+def cmd_list(args: argparse.Namespace, store: Store) -> int:
+    store.mark_stale()
+    for r in store.list():
+        done = r.progress.get("steps_done", 0)
+        total = r.progress.get("steps_total", r.spec.get("steps"))
+        target, sampler = r.spec["target"]["name"], r.spec["sampler"]["name"]
+        print(f"{r.id}  {r.status:<11} {target:<16} {sampler:<12} {done}/{total}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, store: Store) -> int:
+    store.mark_stale()
+    info = _show(store.get(args.id))
+    if args.json:
+        print(json.dumps(_finite(info)))
+    else:
+        for key, value in info.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace, store: Store) -> int:
+    store.request_cancel(args.id)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace, store: Store) -> int:
+    store.delete(args.id)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, store: Store) -> int:
+    record = store.get(args.id)
+    spec = parse_spec(record.spec)
+    burn = math.ceil(spec.burn_in / spec.thin)  # the store keeps every thin-th step already
+    export = store.export_netcdf if args.format == "netcdf" else store.export_npz
+    print(export(args.id, args.out, burn_in=burn))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace, store: Store) -> int:
+    from .worker import supervise
+
+    supervise(str(store.home), slots=args.slots, once=args.once)
+    return 0
+
+
+def _finite(value):
+    """JSON has no NaN/Inf: they become null (a diverged run's statistics)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("run", "submit"):
+        _add_spec_flags(sub.add_parser(name))
+    sub.add_parser("list")
+    show = sub.add_parser("show")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true")
+    for name in ("cancel", "delete"):
+        sub.add_parser(name).add_argument("id")
+    export = sub.add_parser("export")
+    export.add_argument("id")
+    export.add_argument("--format", choices=("netcdf", "npz"), default="npz")
+    export.add_argument("--out", required=True)
+    worker = sub.add_parser("worker")
+    worker.add_argument("--slots", type=int, help="runs at once (default: one per GPU, or cores/2)")
+    worker.add_argument("--once", action="store_true", help="exit when the queue is empty")
+    args = parser.parse_args(argv)
+    store = Store()
+    command = globals()[f"cmd_{args.command}"]
+    try:
+        return command(args, store)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The run loop: one RunSpec, stepped on its device, recorded into the Store as it goes.
+
+Steps run in blocks of a fixed length (``kernel.run``, compiled when the kernel fuses); the records
+of a block stay on the device until a flush, which happens every ``flush_every`` steps or every
+~0.5 s, whichever the spec asks for, so the loop never waits on the host between flushes. Block
+lengths depend on the spec alone, never on timing: a seed and a device give the same run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from samplers import diagnostics
+from samplers.mcmc import MHKernel
+
+from .spec import Estimate, RunSpec, build, estimate
+from .store import Store
+
+FLUSH_SECONDS = 0.5
+BLOCK_ELEMENTS = 2**22  # chain x parameter x step elements per block: bounds memory and latency
+MAX_BLOCK = 256  # the fused path's chunk: one compiled length serves every block of a run
+
+
+def block_steps(spec: RunSpec, dim: int) -> int:
+    """Steps per ``kernel.run`` call: ``flush_every`` when set, else the largest power of two
+    <= 256 whose positions ([steps, C, d]) stay within BLOCK_ELEMENTS, so that a cancel or a
+    flush never waits long on a large model."""
+    if spec.flush_every:
+        return spec.flush_every
+    fit = max(1, BLOCK_ELEMENTS // (spec.chains * dim))
+    return min(MAX_BLOCK, 1 << (fit.bit_length() - 1))
+
+
+@dataclass
+class Progress:
+    steps_done: int
+    steps_total: int
+    steps_per_second: float
+    eta_s: float | None
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def projection(spec: RunSpec, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A fixed random orthonormal [d, k] basis (from the seed, on its own stream)."""
+    g = torch.Generator().manual_seed(spec.seed + 7919)  # not the sampler's stream
+    basis, _ = torch.linalg.qr(torch.randn(dim, spec.record.projection_dim, generator=g))
+    return basis.to(device=device, dtype=dtype)
+
+
+def execute(
+    spec: RunSpec,
+    store: Store,
+    run_id: str,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> dict:
+    """Run ``spec`` into ``store`` under ``run_id``; returns the summary (status completed, or
+    cancelled when ``should_stop`` said so between blocks). Errors propagate to the caller."""
+    started = time.perf_counter()
+    target, kernel, device = build(spec)
+    est = estimate(spec)
+    generator = torch.Generator(device=device).manual_seed(spec.seed)
+    state = kernel.init(target.initial(generator, spec.chains), target, generator)
+    initial_loss = target.loss(state.position)
+    basis = None
+    if est.positions == "projection":
+        basis = projection(spec, est.dim, device, state.position.dtype)
+        store.put_array(run_id, "projection", basis.cpu().numpy())
+    recorder = Recorder(spec, est, store, run_id, basis)
+    block, done, stopped = block_steps(spec, est.dim), 0, False
+    last_flush = time.perf_counter()
+    while done < spec.steps:
+        if should_stop():
+            stopped = True
+            break
+        n = min(block, spec.steps - done)
+        fused = kernel.fusable
+        state, info = kernel.run(
+            state, target, generator, n, fused=fused, positions=est.positions != "none"
+        )
+        recorder.keep(done, info)
+        done += n
+        if spec.flush_every or time.perf_counter() - last_flush >= FLUSH_SECONDS:
+            recorder.flush()
+            last_flush = time.perf_counter()
+            progress = _progress(done, spec.steps, time.perf_counter() - started)
+            store.set_progress(run_id, progress.as_dict())
+            if on_progress:
+                on_progress(progress)
+    recorder.flush()
+    seconds = time.perf_counter() - started
+    progress = _progress(done, spec.steps, seconds)
+    store.set_progress(run_id, progress.as_dict())
+    if on_progress:
+        on_progress(progress)
+    status = "cancelled" if stopped else "completed"
+    return summarise(spec, est, store, run_id, status, seconds, done, kernel, initial_loss)
+
+
+def _progress(done: int, total: int, seconds: float) -> Progress:
+    rate = done / seconds if seconds > 0 else 0.0
+    eta = (total - done) / rate if rate > 0 else None
+    return Progress(done, total, rate, eta)
+
+
+class Recorder:
+    """Keeps every ``thin``-th step's records on the device and appends them to the Store."""
+
+    def __init__(self, spec: RunSpec, est: Estimate, store: Store, run_id: str, basis):
+        self.spec, self.est, self.store, self.run_id, self.basis = spec, est, store, run_id, basis
+        self.pending: list[dict[str, torch.Tensor]] = []
+        self.records = 0  # records appended so far
+        self.snapshots: list[torch.Tensor] = []  # on the device until a flush
+        self.snapshot_steps: list[int] = []
+        # Full positions for the PCA of large models: at most record.snapshots of them.
+        wanted = spec.record.snapshots if basis is not None else 0
+        self.snapshot_every = math.ceil(est.records / wanted) if wanted else 0
+
+    def keep(self, first_step: int, info) -> None:
+        thin = self.spec.thin
+        offset = (-first_step) % thin  # the block's first step with index % thin == 0
+        steps = range(first_step + offset, first_step + info.loss.shape[0], thin)
+        if not steps:
+            return
+        rows = torch.arange(offset, info.loss.shape[0], thin, device=info.loss.device)
+        kept = {
+            "step": rows + first_step,
+            "loss": info.loss[rows],
+            "accepted": info.accepted[rows],
+            "diverged": info.diverged[rows],
+        }
+        if info.position is not None:
+            position = info.position[rows]
+            kept["position"] = position if self.basis is None else position @ self.basis
+            for i, step in enumerate(steps):  # host arithmetic only: no device sync here
+                if self.snapshot_every and (step // thin) % self.snapshot_every == 0:
+                    self.snapshots.append(position[i])
+                    self.snapshot_steps.append(step)
+        self.pending.append(kept)
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        arrays = {
+            name: torch.cat([p[name] for p in self.pending]).cpu().numpy()
+            for name in self.pending[0]
+        }
+        self.pending = []
+        self.store.append(self.run_id, self.records, arrays)
+        self.records += len(arrays["step"])
+        if self.snapshots:
+            snapshots = torch.stack(self.snapshots).cpu().numpy()
+            self.store.put_array(self.run_id, "snapshots", snapshots)
+            self.store.put_array(self.run_id, "snapshot_steps", np.asarray(self.snapshot_steps))
+
+
+def summarise(
+    spec: RunSpec,
+    est: Estimate,
+    store: Store,
+    run_id: str,
+    status: str,
+    seconds: float,
+    done: int,
+    kernel,
+    initial_loss: torch.Tensor,
+) -> dict:
+    """The run's summary: what ``python -m jobs run --json`` prints and the Store keeps."""
+    data = store.read(run_id)
+    burn = math.ceil(spec.burn_in / spec.thin)  # records from the burn-in
+    diverged = data["diverged"][-1] if len(data.get("diverged", ())) else np.zeros(0, bool)
+    good = ~diverged  # a diverged chain is frozen where it was: keep it out of the moments
+    summary = {
+        "run_id": run_id,
+        "status": status,
+        "target": spec.target.name,
+        "sampler": spec.sampler.name,
+        "chains": spec.chains,
+        "steps": done,
+        "seconds": seconds,
+        "steps_per_second": done / seconds if seconds > 0 else 0.0,
+        "diverged_chains": int(diverged.sum()),
+        "dim": est.dim,
+        "loss": {
+            "init": float(initial_loss.mean()),
+            "mean": _mean(data["loss"][burn:, good]) if "loss" in data else None,
+        },
+        "acceptance": None,
+        "coordinates": None,
+        "observables": {},
+    }
+    if isinstance(kernel, MHKernel) and "accepted" in data:
+        summary["acceptance"] = _mean(data["accepted"][burn:, good])
+    position = data.get("position")
+    if est.positions == "all" and position is not None and position.shape[0] - burn >= 4:
+        draws = np.moveaxis(position[burn:, good], 0, 1).astype(np.float64)  # [chains, draws, d]
+        if draws.shape[0]:
+            summary["coordinates"] = {
+                "mean": draws.mean((0, 1)).tolist(),
+                "var": draws.reshape(-1, draws.shape[-1]).var(0, ddof=1).tolist(),
+                "ess_bulk": np.atleast_1d(diagnostics.ess_bulk(draws)).tolist(),
+                "rhat": np.atleast_1d(diagnostics.rhat(draws)).tolist(),
+            }
+    return summary
+
+
+def _mean(x: np.ndarray) -> float | None:
+    return float(np.mean(x)) if x.size else None

@@ -1,0 +1,123 @@
+"""Workers: runs execute in child processes, never in the app's; a supervisor keeps them going.
+
+The supervisor (``python -m jobs worker``, or started by the app) keeps at most ``slots`` worker
+processes alive while runs are queued. Each worker claims the oldest queued run, executes it with
+a heartbeat thread beside it, records the outcome and claims the next. A worker that dies
+(SIGKILL, out of memory) stops its heartbeat; ``Store.mark_stale``, called by the supervisor and
+by readers, marks its run interrupted, and every chunk it flushed stays readable. A cancel is
+seen by the run loop between blocks; one not honoured within a second (a long compile) is
+enforced by terminating the worker.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+import traceback
+
+from .spec import SpecError, parse_spec
+from .store import Store
+
+HEARTBEAT_S = 1.0
+STALE_S = 10.0
+CANCEL_GRACE_S = 1.0
+
+
+def default_slots() -> tuple[int, int]:
+    """(runs at once, torch threads per run): one per GPU; on CPU, cores shared without
+    oversubscription (two threads per run, since one chain-batched run already uses them)."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0))
+    if torch.cuda.is_available():
+        return torch.cuda.device_count(), max(1, cores // torch.cuda.device_count())
+    slots = max(1, cores // 2)
+    return slots, max(1, cores // slots)
+
+
+def run_one(store: Store, record, threads: int | None = None) -> None:
+    """Execute a claimed run to its end: completed, cancelled or failed (with the error)."""
+    import torch
+
+    from .run import execute
+
+    if threads:
+        torch.set_num_threads(threads)
+    beating = threading.Event()
+
+    def beat() -> None:  # from a thread, so a long compile or block still shows a live worker
+        while not beating.wait(HEARTBEAT_S):
+            try:
+                store.heartbeat(record.id)
+            except KeyError:  # the run was deleted meanwhile
+                return
+
+    def stop() -> bool:  # asked between blocks: the sampling stops here, the summary follows
+        if store.get(record.id).cancel_requested:
+            store.finish(record.id, "cancelled")
+            return True
+        return False
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        spec = parse_spec(record.spec)
+        summary = execute(spec, store, record.id, stop)
+        store.finish(record.id, summary["status"], summary=summary)
+    except KeyError:
+        pass  # deleted while running: nothing left to report to
+    except SpecError as exc:
+        store.finish(record.id, "failed", error=str(exc))
+    except Exception as exc:
+        detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        store.finish(record.id, "failed", error=detail)
+    finally:
+        beating.set()
+        thread.join()
+
+
+def work(home: str, threads: int | None = None) -> None:
+    """A worker process: claim and run queued runs until none is left."""
+    store = Store(home)
+    while (record := store.claim(os.getpid())) is not None:
+        run_one(store, record, threads)
+
+
+def supervise(home: str | None = None, slots: int | None = None, once: bool = False) -> None:
+    """Keep up to ``slots`` workers busy while runs are queued; with ``once``, return when the
+    queue is empty and no worker is left (tests, scripts), else serve until interrupted."""
+    store = Store(home)
+    default, threads = default_slots()
+    slots = slots or default
+    context = mp.get_context("spawn")  # a fresh interpreter: no torch or SQLite state inherited
+    workers: list = []
+    cancel_seen: dict[str, float] = {}
+    while True:
+        store.mark_stale(STALE_S)
+        workers = [w for w in workers if w.is_alive()]
+        queued = store.list("queued")
+        for _ in range(min(slots - len(workers), len(queued))):
+            process = context.Process(target=work, args=(str(store.home), threads), daemon=False)
+            process.start()
+            workers.append(process)
+        enforce_cancels(store, workers, cancel_seen)
+        if once and not workers and not store.list("queued"):
+            return
+        time.sleep(0.2)
+
+
+def enforce_cancels(store: Store, workers: list, seen: dict[str, float]) -> None:
+    """Terminate the worker of a run whose cancel was not honoured within CANCEL_GRACE_S."""
+    now = time.monotonic()
+    pids = {w.pid: w for w in workers}
+    for record in store.list("running"):
+        if not record.cancel_requested or record.worker_pid not in pids:
+            continue
+        first = seen.setdefault(record.id, now)
+        if now - first >= CANCEL_GRACE_S:
+            pids[record.worker_pid].terminate()
+            pids[record.worker_pid].join(5)
+            store.finish(record.id, "cancelled", error="cancelled while the worker was busy")
+            seen.pop(record.id)

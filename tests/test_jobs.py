@@ -1,0 +1,216 @@
+"""Background runs end to end: the CLI in a subprocess, workers, faults, exports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import landscapes
+from jobs.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "jobs", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def worker(home: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "jobs", "worker", *args], cwd=ROOT, env=env)
+
+
+def wait(condition, timeout: float, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"not reached within {timeout} s")
+
+
+LONG = ["--target", "banana", "--sampler", "sgld", "--param", "step_size=0.001"]
+
+
+@pytest.mark.slow
+def test_cli_run_json_moments_match_the_exact_gaussian(tmp_path):
+    # A correlated 2-D Gaussian under MALA: exact mean 0 and covariance from the target.
+    params = {"dim": 2, "scales": [1.0, 2.0], "rotate": True}
+    args = ["--target", "gaussian"] + [
+        f"--target-param={k}={json.dumps(v)}" for k, v in params.items()
+    ]
+    args += ["--sampler", "mala", "--param", "step_size=0.5", "--chains", "256"]
+    args += ["--steps", "1000", "--burn-in", "300", "--seed", "3", "--json"]
+    out = cli(tmp_path, "run", *args)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    target = landscapes.make("gaussian", device="cpu", dtype="float64", **params)
+    assert abs(target.cov[0, 1]) > 0.1  # correlated
+    var = np.diag(target.cov.numpy())
+    coords = summary["coordinates"]
+    for i in range(2):
+        se = np.sqrt(var[i] / coords["ess_bulk"][i])  # MC error of the mean from the ESS
+        assert abs(coords["mean"][i]) < 5 * se, (i, coords)
+        # variance of a sample variance of (near-)Gaussian draws: 2 var^2 / ESS
+        assert abs(coords["var"][i] - var[i]) < 5 * var[i] * np.sqrt(2 / coords["ess_bulk"][i])
+        assert coords["rhat"][i] < 1.1  # gross check: a mixed-up chain layout gives far more
+    assert summary["status"] == "completed" and summary["steps"] == 1000
+    assert summary["diverged_chains"] == 0 and 0.3 < summary["acceptance"] < 1
+    for key in ("run_id", "target", "sampler", "chains", "seconds", "steps_per_second", "loss"):
+        assert key in summary
+    # the store holds every step (thin 1) and the export drops the burn-in, chain-major
+    store = Store(tmp_path)
+    data = store.read(summary["run_id"])
+    assert data["position"].shape == (1000, 256, 2)
+    npz = tmp_path / "run.npz"
+    assert (
+        cli(tmp_path, "export", summary["run_id"], "--format", "npz", "--out", str(npz)).returncode
+        == 0
+    )
+    with np.load(npz) as z:
+        np.testing.assert_array_equal(z["position"], data["position"][300:].transpose(1, 0, 2))
+        assert z["loss"].shape == (256, 700)
+
+
+@pytest.mark.slow
+def test_cli_run_on_a_network_records_a_projection_and_netcdf_export(tmp_path):
+    # d = 2410 > 64: positions are projected on a fixed orthonormal basis, snapshots kept.
+    args = ["--target", "mlp", "--sampler", "sgld", "--param", "step_size=1e-5"]
+    args += ["--param", "batch_size=32", "--chains", "4", "--steps", "300", "--thin", "3"]
+    out = cli(tmp_path, "run", *args, "--json")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["dim"] == 64 * 32 + 32 + 32 * 10 + 10 and summary["coordinates"] is None
+    store = Store(tmp_path)
+    run_id = summary["run_id"]
+    data = store.read(run_id)
+    assert data["position"].shape == (100, 4, 8)
+    np.testing.assert_array_equal(data["step"], np.arange(0, 300, 3))
+    basis = store.get_array(run_id, "projection")
+    np.testing.assert_allclose(basis.T @ basis, np.eye(8), atol=1e-5)
+    snapshots = store.get_array(run_id, "snapshots")
+    assert snapshots.shape[1:] == (4, 2410) and 1 <= len(snapshots) <= 200
+    # a snapshot projected on the basis is the recorded projection of the same step
+    first = int(np.flatnonzero(data["step"] == store.get_array(run_id, "snapshot_steps")[0])[0])
+    np.testing.assert_allclose(snapshots[0] @ basis, data["position"][first], atol=1e-4)
+    assert (
+        np.isfinite(summary["loss"]["mean"]) and summary["loss"]["mean"] < summary["loss"]["init"]
+    )
+    # NetCDF opens with ArviZ and its draws equal the stored ones
+    import arviz
+
+    nc = tmp_path / "run.nc"
+    assert cli(tmp_path, "export", run_id, "--format", "netcdf", "--out", str(nc)).returncode == 0
+    draws = arviz.from_netcdf(nc).posterior["position"].values
+    np.testing.assert_array_equal(draws, data["position"].transpose(1, 0, 2))
+
+
+def test_bad_specs_exit_2_naming_the_field(tmp_path):
+    out = cli(tmp_path, "run", *LONG, "--chains", "0", "--steps", "10")
+    assert out.returncode == 2 and "chains" in out.stderr and "got 0" in out.stderr
+    out = cli(tmp_path, "run", "--target", "banana", "--sampler", "mala", "--param", "step=1")
+    assert out.returncode == 2 and "sampler.params.step" in out.stderr
+    out = cli(tmp_path, "show", "nope")
+    assert out.returncode == 2 and "nope" in out.stderr
+
+
+@pytest.mark.slow
+def test_sigkill_marks_interrupted_keeping_chunks_and_a_restart_resumes_the_queue(tmp_path):
+    home = tmp_path
+    run_id = cli(home, "submit", *LONG, "--chains", "64", "--steps", "2000000").stdout.strip()
+    store = Store(home)
+    supervisor = worker(home, "--slots", "1")
+    try:
+        wait(lambda: store.records(run_id) >= 512, timeout=120)
+        pid = store.get(run_id).worker_pid
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        wait(lambda: store.get(run_id).status == "interrupted", timeout=10)
+        assert time.monotonic() - killed <= 10
+        record = store.get(run_id)
+        assert str(pid) in record.error
+        data = store.read(run_id)
+        n = len(data["step"])
+        assert n >= 512
+        np.testing.assert_array_equal(data["step"], np.arange(n))  # whole chunks, in order
+        assert data["loss"].shape == (n, 64) and np.isfinite(data["loss"]).all()
+        assert data["position"].shape == (n, 64, 2) and np.isfinite(data["position"]).all()
+    finally:
+        supervisor.terminate()
+        supervisor.wait(30)
+    # runs queued while no worker is up are taken by the next one (an app or worker restart)
+    ids = [cli(home, "submit", *LONG, "--steps", "300").stdout.strip() for _ in range(2)]
+    assert [store.get(i).status for i in ids] == ["queued", "queued"]
+    restart = worker(home, "--once")
+    assert restart.wait(300) == 0
+    assert [store.get(i).status for i in ids] == ["completed", "completed"]
+    assert [store.records(i) for i in ids] == [300, 300]
+
+
+@pytest.mark.slow
+def test_cancel_stops_a_running_run_within_a_second(tmp_path):
+    home = tmp_path
+    run_id = cli(home, "submit", *LONG, "--chains", "64", "--steps", "2000000").stdout.strip()
+    store = Store(home)
+    supervisor = worker(home)
+    try:
+        wait(lambda: store.records(run_id) >= 256, timeout=120)
+        asked = time.monotonic()
+        store.request_cancel(run_id)  # what `python -m jobs cancel ID` does
+        wait(lambda: store.get(run_id).status == "cancelled", timeout=5, every=0.01)
+        assert time.monotonic() - asked < 1.0
+        summary = wait(lambda: store.get(run_id).summary, timeout=60)  # written just after
+        assert summary["status"] == "cancelled" and 0 < summary["steps"] < 2000000
+    finally:
+        supervisor.terminate()
+        supervisor.wait(30)
+
+
+@pytest.mark.slow
+def test_two_concurrent_runs_and_a_polling_reader_never_see_a_torn_chunk(tmp_path):
+    home = tmp_path
+    ids = [
+        cli(home, "submit", *LONG, "--chains", c, "--steps", "20000").stdout.strip()
+        for c in ("16", "32")
+    ]
+    store = Store(home)
+    supervisor = worker(home, "--slots", "2")
+    try:
+        seen = dict.fromkeys(ids, 0)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            for run_id, chains in zip(ids, (16, 32), strict=True):
+                data = store.read(run_id)
+                if not data:
+                    continue
+                n = len(data["step"])
+                assert n >= seen[run_id]
+                seen[run_id] = n
+                np.testing.assert_array_equal(data["step"], np.arange(n))
+                for name in ("loss", "accepted", "diverged"):
+                    assert data[name].shape == (n, chains)
+                assert data["position"].shape == (n, chains, 2)
+            if all(store.get(i).status == "completed" for i in ids):
+                break
+            time.sleep(0.02)
+        assert [store.records(i) for i in ids] == [20000, 20000]
+    finally:
+        supervisor.terminate()
+        supervisor.wait(30)
