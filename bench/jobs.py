@@ -23,13 +23,13 @@ CASES = {
         "target": {"name": "banana", "params": {}},
         "sampler": {"name": "sgld", "params": {"step_size": 1e-3}},
         "chains": 4096,
-        "steps": 2000,
+        "steps": 20000,
     },
     "mlp-sgld": {
         "target": {"name": "mlp", "params": {}},
         "sampler": {"name": "sgld", "params": {"step_size": 1e-5, "batch_size": 32}},
         "chains": 8,
-        "steps": 1000,
+        "steps": 5000,
     },
 }
 
