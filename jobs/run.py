@@ -85,12 +85,12 @@ def execute(
             stopped = True
             break
         n = min(block, spec.steps - done)
+        record = basis if basis is not None else est.positions == "all"
         fused = kernel.fusable
-        state, info = kernel.run(
-            state, target, generator, n, fused=fused, positions=est.positions != "none"
-        )
+        state, info = kernel.run(state, target, generator, n, fused=fused, positions=record)
         recorder.keep(done, info)
         done += n
+        recorder.snapshot(done - 1, state.position)
         if spec.flush_every or time.perf_counter() - last_flush >= FLUSH_SECONDS:
             recorder.flush()
             last_flush = time.perf_counter()
@@ -141,14 +141,19 @@ class Recorder:
         kept = {"step": rows + first_step, "loss": info.loss[rows], "diverged": info.diverged[rows]}
         if self.mh:
             kept["accepted"] = info.accepted[rows]
-        if info.position is not None:
-            position = info.position[rows]
-            kept["position"] = position if self.basis is None else position @ self.basis
-            for i, step in enumerate(steps):  # host arithmetic only: no device sync here
-                if self.snapshot_every and (step // thin) % self.snapshot_every == 0:
-                    self.snapshots.append(position[i])
-                    self.snapshot_steps.append(step)
+        if info.position is not None:  # already projected on the basis when d > 64
+            kept["position"] = info.position[rows]
         self.pending.append(kept)
+
+    def snapshot(self, step: int, position: torch.Tensor) -> None:
+        """Keep the full position at the end of a block once every ``snapshot_every`` records
+        (blocks end where they end, so a snapshot's step is recorded beside it)."""
+        if not self.snapshot_every:
+            return
+        due = (step // self.spec.thin) // self.snapshot_every  # snapshot slots reached so far
+        if due >= len(self.snapshots) and len(self.snapshots) < self.spec.record.snapshots:
+            self.snapshots.append(position.clone())
+            self.snapshot_steps.append(step)
 
     def flush(self) -> None:
         if not self.pending:

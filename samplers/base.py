@@ -39,7 +39,7 @@ class Info:
     loss: Tensor  # [C]: L as the step evaluated it (SG kernels: L_batch(w_t); MH: at w_{t+1})
     accepted: Tensor  # [C] float: 1 where an MH proposal was accepted (1 for kernels without MH)
     diverged: Tensor  # [C] bool
-    position: Tensor | None = None  # [C, d] after the step, when ``run(..., positions=True)``
+    position: Tensor | None = None  # after the step, when ``run(..., positions=...)``
 
 
 @dataclass
@@ -96,10 +96,11 @@ class Kernel(ABC):
         steps: int,
         fused: bool = False,
         chunk: int | None = None,
-        positions: bool = False,
+        positions: bool | Tensor = False,
     ) -> tuple[State, Info]:
-        """``steps`` steps; returns the final state and every step's Info stacked as [T, C]
-        (with every step's position, [T, C, d], when ``positions``).
+        """``steps`` steps; returns the final state and every step's Info stacked as [T, C],
+        with every step's position in ``info.position`` when ``positions`` is True ([T, C, d])
+        or its projection on the columns of ``positions`` when that is a [d, k] basis.
 
         ``fused=True`` runs ``chunk`` steps per compiled call (``samplers.fused``: a scan
         compiled with torch.compile) with their noise and minibatch indices drawn up front; it
@@ -117,13 +118,13 @@ class Kernel(ABC):
             steps = 0
         for _ in range(steps):
             state, info = self.step(state, target, generator)
-            if positions:
-                info.position = state.position
+            info.position = trace(state.position, positions)
             infos.append(info)
         if not infos:  # zero steps: empty [0, C] records
             empty = state.position.new_empty(0, state.position.shape[0])
-            trace = state.position.new_empty(0, *state.position.shape) if positions else None
-            return state, Info(empty, empty, empty.bool(), trace)
+            traced = trace(state.position, positions)
+            traced = None if traced is None else traced.new_empty(0, *traced.shape)
+            return state, Info(empty, empty, empty.bool(), traced)
         return state, stack_infos(infos)
 
     # -- what each kernel writes -------------------------------------------------------------
@@ -202,6 +203,13 @@ class Kernel(ABC):
 
 def _where_chain(mask: Tensor, old: Tensor, new: Tensor) -> Tensor:
     return torch.where(mask.reshape(-1, *([1] * (new.ndim - 1))), old, new)
+
+
+def trace(position: Tensor, positions: bool | Tensor) -> Tensor | None:
+    """What ``run(..., positions=...)`` records of a position: it, its projection, or nothing."""
+    if isinstance(positions, Tensor):
+        return position @ positions
+    return position if positions else None
 
 
 def stack_infos(infos: list[Info]) -> Info:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch._higher_order_ops.scan import scan
 
-from .base import Info, Kernel, State, draw
+from .base import Info, Kernel, State, draw, trace
 
 
 class Recorder:
@@ -60,7 +60,8 @@ def chunk_steps(kernel: Kernel, target, positions: bool = False):
     the body was measured: no faster, since each step allocates its own intermediates).
     ``active[i]`` false makes step i a no-op, so one compiled length serves any step count.
     Returns the final position, diverged flags and aux, and each step's Info stacked [steps, C]
-    (with each step's position, [steps, C, d], when ``positions``).
+    (with each step's position, [steps, C, d], when ``positions``, or its projection on the
+    columns of ``basis`` when one is given: [steps, C, k], far less to write out than d).
     """
 
     def run(
@@ -70,6 +71,7 @@ def chunk_steps(kernel: Kernel, target, positions: bool = False):
         aux: dict[str, Tensor],
         noise: list[Tensor],
         active: Tensor,
+        basis: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, dict[str, Tensor], Info]:
         keys = list(aux)
 
@@ -85,7 +87,9 @@ def chunk_steps(kernel: Kernel, target, positions: bool = False):
             # scan refuses outputs that alias each other or an input: copy those (tiny tensors)
             out = tuple(v.clone() if any(v is c for c in carry) else v for v in out)
             ys = (info.loss, info.accepted, info.diverged.clone())
-            return out, (*ys, out[0].clone()) if positions else ys
+            if not positions:
+                return out, ys
+            return out, (*ys, out[0].clone() if basis is None else out[0] @ basis)
 
         carry, ys = scan(one_step, (position, diverged, *aux.values()), [*noise, active])
         position, diverged, *values = carry
@@ -158,7 +162,7 @@ def run_fused(
     generator: torch.Generator,
     steps: int,
     chunk: int | None = None,
-    positions: bool = False,
+    positions: bool | Tensor = False,
 ) -> tuple[State, list[Info]]:
     """``steps`` steps in compiled chunks of ``chunk`` steps; the last one padded with no-ops.
 
@@ -166,12 +170,13 @@ def run_fused(
     through a ``Recorder`` (chunks start at step >= 1 and need to know the draws of a step)."""
     if steps == 0:
         return state, []
-    entry = compiled_entry(kernel, target, state, positions)
+    basis = positions if isinstance(positions, Tensor) else None
+    entry = compiled_entry(kernel, target, state, basis is not None or bool(positions))
     recorder = Recorder(generator)
     infos = []
     if entry.plan is None or state.step == 0:
         state, info = kernel.step(state, target, recorder)
-        info.position = state.position if positions else None
+        info.position = trace(state.position, positions)
         infos.append(info)
         steps -= 1
         entry.plan = recorder.plan
@@ -183,9 +188,15 @@ def run_fused(
         n = min(chunk, steps - start)
         noise = recorder.prepare(chunk)
         position, diverged, aux, info = entry.chunk(
-            state.position, state.center, state.diverged, state.aux, noise, entry.active(chunk, n)
+            state.position,
+            state.center,
+            state.diverged,
+            state.aux,
+            noise,
+            entry.active(chunk, n),
+            basis,
         )
         state = replace(state, position=position, diverged=diverged, aux=aux, step=state.step + n)
-        trace = None if info.position is None else info.position[:n]
-        infos.append(Info(info.loss[:n], info.accepted[:n], info.diverged[:n], trace))
+        traced = None if info.position is None else info.position[:n]
+        infos.append(Info(info.loss[:n], info.accepted[:n], info.diverged[:n], traced))
     return state, infos
