@@ -175,9 +175,10 @@ def jobs(args: argparse.Namespace) -> None:
         f"## {stamp}: jobs overhead",
         "",
         f"`python -m bench {shlex.join(sys.argv[1:])}`: bare `kernel.run` of all steps (nothing "
-        f"recorded) vs `jobs.run.execute` into a fresh Store (build, blocks, records, flushes, "
-        f"progress); the last column adds the end-of-run summary (ESS, R-hat). Median of "
-        f"{args.repeats}, alternating. Goal (issue 4): overhead <= 10%.",
+        f"recorded) vs the sampling loop of `jobs.run.execute` into a fresh Store (blocks, "
+        f"records, flushes, progress); the last column is the whole run (target build, summary "
+        f"with ESS and R-hat). Median of {args.repeats}, alternating. Goal (issue 4): overhead "
+        f"<= 10%.",
         "",
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
         f"{platform.python_version()}.",

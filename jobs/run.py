@@ -79,7 +79,7 @@ def execute(
         store.put_array(run_id, "projection", basis.cpu().numpy())
     recorder = Recorder(spec, est, store, run_id, basis, isinstance(kernel, MHKernel))
     block, done, stopped = block_steps(spec, est.dim), 0, False
-    last_flush = time.perf_counter()
+    last_flush = sampling = time.perf_counter()
     while done < spec.steps:
         if should_stop():
             stopped = True
@@ -99,13 +99,16 @@ def execute(
             if on_progress:
                 on_progress(progress)
     recorder.flush()
+    sampling = time.perf_counter() - sampling  # the steps, their records and flushes
     seconds = time.perf_counter() - started
     progress = _progress(done, spec.steps, seconds)
     store.set_progress(run_id, progress.as_dict())
     if on_progress:
         on_progress(progress)
     status = "cancelled" if stopped else "completed"
-    return summarise(spec, est, store, run_id, status, seconds, done, kernel, initial_loss)
+    summary = summarise(spec, est, store, run_id, status, seconds, done, kernel, initial_loss)
+    summary["sampling_seconds"] = sampling
+    return summary
 
 
 def _progress(done: int, total: int, seconds: float) -> Progress:
