@@ -95,6 +95,7 @@ def _validated(args: argparse.Namespace):
 
 def cmd_run(args: argparse.Namespace, store: Store) -> int:
     from .run import execute
+    from .worker import heartbeat
 
     spec = _validated(args)
     run_id = store.create(spec.model_dump(mode="json"))
@@ -111,7 +112,12 @@ def cmd_run(args: argparse.Namespace, store: Store) -> int:
         )
 
     try:
-        summary = execute(spec, store, record.id, on_progress=report)
+        with heartbeat(store, run_id):
+            summary = execute(spec, store, record.id, on_progress=report)
+    except KeyboardInterrupt:
+        store.finish(run_id, "cancelled", error="interrupted from the keyboard")
+        print(f"\n{run_id} cancelled", file=sys.stderr)
+        return 130
     except BaseException as exc:
         store.finish(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
         raise

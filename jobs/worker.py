@@ -11,8 +11,10 @@ enforced by terminating the worker.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 import traceback
@@ -45,14 +47,6 @@ def run_one(store: Store, record, threads: int | None = None) -> None:
 
     if threads:
         torch.set_num_threads(threads)
-    beating = threading.Event()
-
-    def beat() -> None:  # from a thread, so a long compile or block still shows a live worker
-        while not beating.wait(HEARTBEAT_S):
-            try:
-                store.heartbeat(record.id)
-            except KeyError:  # the run was deleted meanwhile
-                return
 
     def stop() -> bool:  # asked between blocks: the sampling stops here, the summary follows
         if store.get(record.id).cancel_requested:
@@ -60,26 +54,45 @@ def run_one(store: Store, record, threads: int | None = None) -> None:
             return True
         return False
 
+    with heartbeat(store, record.id):
+        try:
+            spec = parse_spec(record.spec)
+            summary = execute(spec, store, record.id, stop)
+            store.finish(record.id, summary["status"], summary=summary)
+        except KeyError:
+            pass  # deleted while running: nothing left to report to
+        except SpecError as exc:
+            store.finish(record.id, "failed", error=str(exc))
+        except Exception as exc:
+            detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            store.finish(record.id, "failed", error=detail)
+
+
+@contextlib.contextmanager
+def heartbeat(store: Store, run_id: str):
+    """Beat every HEARTBEAT_S from a thread while the block runs, so that a long compile or a
+    long block still shows a live run (``Store.mark_stale`` interrupts silent ones)."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT_S):
+            try:
+                store.heartbeat(run_id)
+            except KeyError:  # the run was deleted meanwhile
+                return
+
     thread = threading.Thread(target=beat, daemon=True)
     thread.start()
     try:
-        spec = parse_spec(record.spec)
-        summary = execute(spec, store, record.id, stop)
-        store.finish(record.id, summary["status"], summary=summary)
-    except KeyError:
-        pass  # deleted while running: nothing left to report to
-    except SpecError as exc:
-        store.finish(record.id, "failed", error=str(exc))
-    except Exception as exc:
-        detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        store.finish(record.id, "failed", error=detail)
+        yield
     finally:
-        beating.set()
+        done.set()
         thread.join()
 
 
 def work(home: str, threads: int | None = None) -> None:
     """A worker process: claim and run queued runs until none is left."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
     store = Store(home)
     while (record := store.claim(os.getpid())) is not None:
         run_one(store, record, threads)
@@ -94,18 +107,24 @@ def supervise(home: str | None = None, slots: int | None = None, once: bool = Fa
     context = mp.get_context("spawn")  # a fresh interpreter: no torch or SQLite state inherited
     workers: list = []
     cancel_seen: dict[str, float] = {}
-    while True:
-        store.mark_stale(STALE_S)
-        workers = [w for w in workers if w.is_alive()]
-        queued = store.list("queued")
-        for _ in range(min(slots - len(workers), len(queued))):
-            process = context.Process(target=work, args=(str(store.home), threads), daemon=False)
-            process.start()
-            workers.append(process)
-        enforce_cancels(store, workers, cancel_seen)
-        if once and not workers and not store.list("queued"):
-            return
-        time.sleep(0.2)
+    try:
+        while True:
+            store.mark_stale(STALE_S)
+            workers = [w for w in workers if w.is_alive()]
+            queued = store.list("queued")
+            for _ in range(min(slots - len(workers), len(queued))):
+                process = context.Process(target=work, args=(str(store.home), threads))
+                process.start()
+                workers.append(process)
+            enforce_cancels(store, workers, cancel_seen)
+            if once and not workers and not store.list("queued"):
+                return
+            time.sleep(0.2)
+    except KeyboardInterrupt:  # Ctrl-C: stop the workers; their runs end interrupted
+        for process in workers:
+            process.terminate()
+            process.join(10)
+        store.mark_stale(STALE_S)  # their pids are gone now (joined)
 
 
 def enforce_cancels(store: Store, workers: list, seen: dict[str, float]) -> None:
