@@ -28,6 +28,7 @@ FLUSH_SECONDS = 0.5
 DIAGNOSTIC_CHAINS = 256
 BLOCK_ELEMENTS = 2**22  # chain x parameter x step elements per block: bounds memory and latency
 MAX_BLOCK = 256  # the fused path's chunk: one compiled length serves every block of a run
+RECORDED = {"step", "loss", "accepted", "diverged", "position"}  # the rest: kernel scalars
 
 
 def block_steps(spec: RunSpec, dim: int) -> int:
@@ -146,6 +147,8 @@ class Recorder:
             kept["accepted"] = info.accepted[rows]
         if info.position is not None:  # already projected on the basis when d > 64
             kept["position"] = info.position[rows]
+        for name, value in info.scalars.items():  # kinetic energy, thermostat, ...
+            kept[name] = value[rows]
         self.pending.append(kept)
 
     def snapshot(self, step: int, position: torch.Tensor) -> None:
@@ -206,6 +209,9 @@ def summarise(
             "mean": _mean(data["loss"][burn:, good]) if "loss" in data else None,
         },
         "acceptance": None,
+        "scalars": {  # the kernel's own per-step scalars (``observe``), averaged after the burn-in
+            name: _mean(data[name][burn:, good]) for name in sorted(set(data) - RECORDED)
+        },
         "coordinates": None,
         "observables": {},
     }

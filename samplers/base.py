@@ -40,6 +40,7 @@ class Info:
     accepted: Tensor  # [C] float: 1 where an MH proposal was accepted (1 for kernels without MH)
     diverged: Tensor  # [C] bool
     position: Tensor | None = None  # after the step, when ``run(..., positions=...)``
+    scalars: dict[str, Tensor] = field(default_factory=dict)  # the kernel's ``observe``: [C] each
 
 
 @dataclass
@@ -132,6 +133,11 @@ class Kernel(ABC):
         """Kernel-specific per-chain tensors (momentum, statistics); none by default."""
         return {}
 
+    def observe(self, state: State) -> dict[str, Tensor]:
+        """Per-chain scalars of a state worth recording at every step (kinetic energy,
+        thermostat); none by default."""
+        return {}
+
     @abstractmethod
     def update(
         self, state: State, target: Target, batch: Batch, generator: torch.Generator
@@ -193,10 +199,12 @@ class Kernel(ABC):
             step=old.step + 1,
             aux={k: _where_chain(keep, old.aux[k], v) for k, v in new.aux.items()},
         )
+        nan = torch.full_like(loss, math.nan)
         info = Info(
-            loss=torch.where(diverged, torch.full_like(loss, math.nan), loss),
+            loss=torch.where(diverged, nan, loss),
             accepted=torch.where(diverged, torch.zeros_like(accepted), accepted),
             diverged=diverged,
+            scalars={k: torch.where(diverged, nan, v) for k, v in self.observe(frozen).items()},
         )
         return frozen, info
 
@@ -215,12 +223,15 @@ def trace(position: Tensor, positions: bool | Tensor) -> Tensor | None:
 def stack_infos(infos: list[Info]) -> Info:
     """Per-step Infos ([C] or already stacked [T, C]) into one Info of [T, C] tensors."""
 
-    def cat(key: str, ndim: int = 2) -> Tensor:
-        parts = [getattr(i, key) for i in infos]
+    def cat(parts: list[Tensor], ndim: int = 2) -> Tensor:  # [C, ...] or [T, C, ...] parts
         return torch.cat([x.reshape(-1, *x.shape[x.ndim - ndim + 1 :]) for x in parts])
 
-    position = None if infos[0].position is None else cat("position", 3)
-    return Info(cat("loss"), cat("accepted"), cat("diverged"), position)
+    def column(key: str) -> Tensor:
+        return cat([getattr(i, key) for i in infos])
+
+    position = None if infos[0].position is None else cat([i.position for i in infos], 3)
+    scalars = {k: cat([i.scalars[k] for i in infos]) for k in infos[0].scalars}
+    return Info(column("loss"), column("accepted"), column("diverged"), position, scalars)
 
 
 def normal(generator: torch.Generator, like: Tensor) -> Tensor:

@@ -86,15 +86,17 @@ def chunk_steps(kernel: Kernel, target, positions: bool = False):
             out = (state.position, state.diverged, *(state.aux[k] for k in keys))
             # scan refuses outputs that alias each other or an input: copy those (tiny tensors)
             out = tuple(v.clone() if any(v is c for c in carry) else v for v in out)
-            ys = (info.loss, info.accepted, info.diverged.clone())
-            if not positions:
-                return out, ys
-            return out, (*ys, out[0].clone() if basis is None else out[0] @ basis)
+            ys = {"info": (info.loss, info.accepted, info.diverged.clone()), **info.scalars}
+            if positions:
+                ys["info"] += (out[0].clone() if basis is None else out[0] @ basis,)
+            return out, ys
 
         carry, ys = scan(one_step, (position, diverged, *aux.values()), [*noise, active])
         position, diverged, *values = carry
         aux = dict(zip(keys, values, strict=True))
-        return position, diverged, aux, Info(*ys)
+        stacked = ys.pop("info")
+        trace = stacked[3] if positions else None
+        return position, diverged, aux, Info(*stacked[:3], trace, ys)
 
     return run
 
@@ -198,5 +200,6 @@ def run_fused(
         )
         state = replace(state, position=position, diverged=diverged, aux=aux, step=state.step + n)
         traced = None if info.position is None else info.position[:n]
-        infos.append(Info(info.loss[:n], info.accepted[:n], info.diverged[:n], traced))
+        scalars = {k: v[:n] for k, v in info.scalars.items()}
+        infos.append(Info(info.loss[:n], info.accepted[:n], info.diverged[:n], traced, scalars))
     return state, infos

@@ -133,6 +133,10 @@ class SGHMC(Kernel):
     def thermostat(self, aux: dict, p_old: Tensor, p_new: Tensor) -> dict:
         return aux
 
+    def observe(self, state: State) -> dict[str, Tensor]:
+        p = state.aux["p"]
+        return {"kinetic": 0.5 * (p * p).sum(-1)}
+
 
 class SGNHT(SGHMC):
     """SGHMC whose friction alpha_t follows a Nose-Hoover thermostat (Alg. 5).
@@ -152,6 +156,9 @@ class SGNHT(SGHMC):
 
     def noise_friction(self, state):
         return state.aux["alpha"][:, None] if self.variant == "paper" else self.friction
+
+    def observe(self, state):
+        return {**super().observe(state), "thermostat": state.aux["alpha"]}
 
     def thermostat(self, aux, p_old, p_new):
         d = p_new.shape[1]

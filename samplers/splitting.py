@@ -54,6 +54,10 @@ class Splitting(Kernel):
         p = math.sqrt(self.temperature) * normal(generator, state.position)
         return {"p": p, "grad": e.grad, "L": e.loss}
 
+    def observe(self, state):
+        p = state.aux["p"]
+        return {"kinetic": 0.5 * (p * p).sum(-1)}
+
     def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
         w, p, grad, loss = state.position, state.aux["p"], state.aux["grad"], state.aux["L"]
         fresh = state.step == 0 or self.fresh_at_end

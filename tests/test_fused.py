@@ -56,6 +56,9 @@ def test_compiled_chunk_equals_eager_chunk_on_the_same_noise(target_name, name, 
     torch.testing.assert_close(got.loss, want.loss, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(got.position, want.position, rtol=1e-9, atol=1e-12)
     assert torch.equal(got.accepted, want.accepted) and torch.equal(got.diverged, want.diverged)
+    assert got.scalars.keys() == want.scalars.keys() == kernel.observe(plain).keys()
+    for key in want.scalars:
+        torch.testing.assert_close(got.scalars[key], want.scalars[key], rtol=1e-9, atol=1e-12)
     for key in eager[2]:
         torch.testing.assert_close(compiled[2][key], eager[2][key], rtol=1e-9, atol=1e-12)
 
@@ -93,3 +96,21 @@ def test_fused_info_flags_each_chain_from_the_step_it_diverged():
     assert torch.equal(fused.diverged, eager.diverged)  # the growth, not the noise, decides
     assert torch.equal(fused.diverged, fused.loss.isnan())
     assert torch.equal(fused.accepted, (~fused.diverged).float())
+
+
+@pytest.mark.parametrize("name", ["sghmc", "sgnht", "baoab"])
+def test_each_step_records_the_kinetic_energy_and_thermostat_of_its_state(name):
+    target = landscapes.make("banana", device="cpu", dtype="float64")
+    kernel = samplers.make(name, step_size=0.01)
+    g = torch.Generator().manual_seed(0)
+    state = kernel.init(target.exact_sample(g, 8), target, g)
+    for _ in range(3):
+        state, info = kernel.step(state, target, g)
+        p = state.aux["p"]  # recomputed here, independently of ``observe``
+        torch.testing.assert_close(info.scalars["kinetic"], 0.5 * (p**2).sum(-1))
+        if name == "sgnht":
+            assert torch.equal(info.scalars["thermostat"], state.aux["alpha"])
+    state, info = kernel.run(state, target, g, 5)
+    assert info.scalars["kinetic"].shape == (5, 8)
+    mala = samplers.make("mala", step_size=0.1)
+    assert mala.step(mala.init(state.position, target, g), target, g)[1].scalars == {}

@@ -243,8 +243,30 @@ def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path):
     assert runs[0].keys() == runs[1].keys() and len(runs[0]["step"]) == 150
     for name in runs[0]:
         np.testing.assert_array_equal(runs[0][name], runs[1][name])
+    assert "kinetic" not in runs[0]  # MALA has no scalars of its own
     other = parse_spec({**spec.model_dump(mode="json"), "seed": 1})
     store = Store(tmp_path / "c")
     run_id = store.create(other.model_dump(mode="json"))
     execute(other, store, run_id)
     assert not np.array_equal(store.read(run_id)["position"], runs[0]["position"])
+
+
+def test_momentum_kernels_record_their_scalars_per_step(tmp_path):
+    from jobs.run import execute
+    from jobs.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "target": {"name": "banana"},
+            "sampler": {"name": "sgnht", "params": {"step_size": 0.01}},
+            "chains": 8,
+            "steps": 64,
+        }
+    )
+    store = Store(tmp_path)
+    run_id = store.create(spec.model_dump(mode="json"))
+    summary = execute(spec, store, run_id)
+    data = store.read(run_id)
+    assert data["kinetic"].shape == data["thermostat"].shape == (64, 8)
+    assert (data["kinetic"] >= 0).all()
+    assert summary["scalars"]["kinetic"] == pytest.approx(float(data["kinetic"].mean()), rel=1e-6)
