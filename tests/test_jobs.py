@@ -220,53 +220,32 @@ def test_two_concurrent_runs_and_a_polling_reader_never_see_a_torn_chunk(tmp_pat
         supervisor.wait(30)
 
 
-def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path):
+def in_process(home: Path, sampler: str, params: dict, **spec) -> tuple[dict, dict]:
+    """A banana run executed in this process: (summary, every record)."""
     from jobs.run import execute
     from jobs.spec import parse_spec
 
-    spec = parse_spec(
-        {
-            "target": {"name": "banana"},
-            "sampler": {"name": "mala", "params": {"step_size": 0.1}},
-            "chains": 16,
-            "steps": 300,
-            "thin": 2,
-            "flush_every": 100,  # flushes at fixed steps; blocks never depend on timing
-        }
-    )
-    runs = []
-    for home in ("a", "b"):
-        store = Store(tmp_path / home)
-        run_id = store.create(spec.model_dump(mode="json"))
-        execute(spec, store, run_id)
-        runs.append(store.read(run_id))
+    spec = {"target": {"name": "banana"}, "sampler": {"name": sampler, "params": params}, **spec}
+    store = Store(home)
+    run_id = store.create(parse_spec(spec).model_dump(mode="json"))
+    summary = execute(parse_spec(spec), store, run_id)
+    return summary, store.read(run_id)
+
+
+def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path):
+    # flush_every: flushes at fixed steps (blocks never depend on timing either way)
+    spec = {"chains": 16, "steps": 300, "thin": 2, "flush_every": 100}
+    runs = [in_process(tmp_path / h, "mala", {"step_size": 0.1}, **spec)[1] for h in "ab"]
     assert runs[0].keys() == runs[1].keys() and len(runs[0]["step"]) == 150
     for name in runs[0]:
         np.testing.assert_array_equal(runs[0][name], runs[1][name])
     assert "kinetic" not in runs[0]  # MALA has no scalars of its own
-    other = parse_spec({**spec.model_dump(mode="json"), "seed": 1})
-    store = Store(tmp_path / "c")
-    run_id = store.create(other.model_dump(mode="json"))
-    execute(other, store, run_id)
-    assert not np.array_equal(store.read(run_id)["position"], runs[0]["position"])
+    _, other = in_process(tmp_path / "c", "mala", {"step_size": 0.1}, **spec, seed=1)
+    assert not np.array_equal(other["position"], runs[0]["position"])
 
 
 def test_momentum_kernels_record_their_scalars_per_step(tmp_path):
-    from jobs.run import execute
-    from jobs.spec import parse_spec
-
-    spec = parse_spec(
-        {
-            "target": {"name": "banana"},
-            "sampler": {"name": "sgnht", "params": {"step_size": 0.01}},
-            "chains": 8,
-            "steps": 64,
-        }
-    )
-    store = Store(tmp_path)
-    run_id = store.create(spec.model_dump(mode="json"))
-    summary = execute(spec, store, run_id)
-    data = store.read(run_id)
+    summary, data = in_process(tmp_path, "sgnht", {"step_size": 0.01}, chains=8, steps=64)
     assert data["kinetic"].shape == data["thermostat"].shape == (64, 8)
     assert (data["kinetic"] >= 0).all()
     assert summary["scalars"]["kinetic"] == pytest.approx(float(data["kinetic"].mean()), rel=1e-6)
