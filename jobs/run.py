@@ -78,7 +78,7 @@ def execute(
     if est.positions == "projection":
         basis = projection(spec, est.dim, device, state.position.dtype)
         store.put_array(run_id, "projection", basis.cpu().numpy())
-    recorder = Recorder(spec, est, store, run_id, basis, isinstance(kernel, MHKernel))
+    records = Records(spec, est, store, run_id, basis, isinstance(kernel, MHKernel))
     block, done, stopped = block_steps(spec, est.dim), 0, False
     last_flush = sampling = time.perf_counter()
     while done < spec.steps:
@@ -89,17 +89,17 @@ def execute(
         record = basis if basis is not None else est.positions == "all"
         fused = kernel.fusable
         state, info = kernel.run(state, target, generator, n, fused=fused, positions=record)
-        recorder.keep(done, info)
+        records.keep(done, info)
         done += n
-        recorder.snapshot(done - 1, state.position)
+        records.snapshot(done - 1, state.position)
         if spec.flush_every or time.perf_counter() - last_flush >= FLUSH_SECONDS:
-            recorder.flush()
+            records.flush()
             last_flush = time.perf_counter()
             progress = _progress(done, spec.steps, time.perf_counter() - started)
             store.set_progress(run_id, progress.as_dict())
             if on_progress:
                 on_progress(progress)
-    recorder.flush()
+    records.flush()
     sampling = time.perf_counter() - sampling  # the steps, their records and flushes
     seconds = time.perf_counter() - started
     progress = _progress(done, spec.steps, seconds)
@@ -118,7 +118,7 @@ def _progress(done: int, total: int, seconds: float) -> Progress:
     return Progress(done, total, rate, eta)
 
 
-class Recorder:
+class Records:
     """Keeps every ``thin``-th step's records on the device and appends them to the Store.
 
     ``accepted`` is kept for Metropolis kernels only: elsewhere it is 1 - diverged, and leaving

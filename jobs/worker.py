@@ -59,8 +59,8 @@ def run_one(store: Store, record, threads: int | None = None) -> None:
             spec = parse_spec(record.spec)
             summary = execute(spec, store, record.id, stop)
             store.finish(record.id, summary["status"], summary=summary)
-        except KeyError:
-            pass  # deleted while running: nothing left to report to
+        except KeyError:  # the run was deleted while it ran: nothing left to report to
+            return
         except SpecError as exc:
             store.finish(record.id, "failed", error=str(exc))
         except Exception as exc:

@@ -95,8 +95,8 @@ def chunk_steps(kernel: Kernel, target, positions: bool = False):
         position, diverged, *values = carry
         aux = dict(zip(keys, values, strict=True))
         stacked = ys.pop("info")
-        trace = stacked[3] if positions else None
-        return position, diverged, aux, Info(*stacked[:3], trace, ys)
+        traced = stacked[3] if positions else None
+        return position, diverged, aux, Info(*stacked[:3], traced, ys)
 
     return run
 
