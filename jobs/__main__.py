@@ -63,6 +63,21 @@ def spec_from_args(args: argparse.Namespace) -> dict:
             data[key] = getattr(args, key)
     if args.observe:
         data["observables"] = args.observe
+    llc = {
+        key: getattr(args, key)
+        for key in (
+            "w0",
+            "baseline",
+            "train_optimizer",
+            "train_steps",
+            "train_lr",
+            "train_batch_size",
+            "train_patience",
+        )
+        if getattr(args, key) is not None
+    }
+    if llc:
+        data["llc"] = {**data.get("llc", {}), **llc}
     return data
 
 
@@ -83,7 +98,19 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="auto (CUDA when present), cpu, cuda or cuda:<i>")
     p.add_argument("--dtype", choices=("float32", "float64"))
     p.add_argument("--flush-every", dest="flush_every", type=int)
-    p.add_argument("--observe", action="append", default=[], metavar="NAME")
+    p.add_argument("--observe", action="append", default=[], metavar="NAME", help="e.g. llc")
+    llc = p.add_argument_group("LLC (with --observe llc)")
+    llc.add_argument(
+        "--w0",
+        choices=("auto", "train", "truth", "init"),
+        help="where the chains start: train (default on data targets), truth, init",
+    )
+    llc.add_argument("--baseline", choices=("full", "minibatch"), help="L(w0): full data (default)")
+    llc.add_argument("--train-optimizer", dest="train_optimizer", choices=("adam", "sgd"))
+    llc.add_argument("--train-steps", dest="train_steps", type=int)
+    llc.add_argument("--train-lr", dest="train_lr", type=float)
+    llc.add_argument("--train-batch-size", dest="train_batch_size", type=int)
+    llc.add_argument("--train-patience", dest="train_patience", type=int)
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
 
 

@@ -47,6 +47,7 @@ class Progress:
     steps_total: int
     steps_per_second: float
     eta_s: float | None
+    phase: str = "sample"  # or "train": an LLC run training to w0 first
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -68,11 +69,28 @@ def execute(
 ) -> dict:
     """Run ``spec`` into ``store`` under ``run_id``; returns the summary (status completed, or
     cancelled when ``should_stop`` said so between blocks). Errors propagate to the caller."""
+    from .observe import OBSERVERS
+
     started = time.perf_counter()
     target, kernel, device = build(spec)
     est = estimate(spec)
     generator = torch.Generator(device=device).manual_seed(spec.seed)
-    state = kernel.init(target.initial(generator, spec.chains), target, generator)
+    start = target.initial(generator, spec.chains)
+    observers = {
+        name: OBSERVERS[name](spec, target, kernel, store, run_id) for name in spec.observables
+    }
+
+    def report_training(p: dict) -> bool:
+        elapsed = time.perf_counter() - started
+        progress = _progress(p["steps_done"], p["steps_total"], elapsed, phase="train")
+        store.set_progress(run_id, progress.as_dict())
+        if on_progress:
+            on_progress(progress)
+        return should_stop()
+
+    for observer in observers.values():
+        start = observer.start(spec.chains, device, report_training)
+    state = kernel.init(start, target, generator)
     initial_loss = target.loss(state.position)
     basis = None
     if est.positions == "projection":
@@ -90,16 +108,22 @@ def execute(
         fused = kernel.fusable
         state, info = kernel.run(state, target, generator, n, fused=fused, positions=record)
         records.keep(done, info)
+        for observer in observers.values():
+            observer.block(done, info)
         done += n
         records.snapshot(done - 1, state.position)
         if spec.flush_every or time.perf_counter() - last_flush >= FLUSH_SECONDS:
             records.flush()
+            for observer in observers.values():
+                observer.flush(done, state)
             last_flush = time.perf_counter()
             progress = _progress(done, spec.steps, time.perf_counter() - started)
             store.set_progress(run_id, progress.as_dict())
             if on_progress:
                 on_progress(progress)
     records.flush()
+    for observer in observers.values():
+        observer.flush(done, state)
     sampling = time.perf_counter() - sampling  # the steps, their records and flushes
     seconds = time.perf_counter() - started
     progress = _progress(done, spec.steps, seconds)
@@ -109,13 +133,17 @@ def execute(
     status = "cancelled" if stopped else "completed"
     summary = summarise(spec, est, store, run_id, status, seconds, done, kernel, initial_loss)
     summary["sampling_seconds"] = sampling
+    if observers:
+        loss = store.read(run_id, names=["loss"])
+        for name, observer in observers.items():
+            summary["observables"][name] = observer.summary(loss)
     return summary
 
 
-def _progress(done: int, total: int, seconds: float) -> Progress:
+def _progress(done: int, total: int, seconds: float, phase: str = "sample") -> Progress:
     rate = done / seconds if seconds > 0 else 0.0
     eta = (total - done) / rate if rate > 0 else None
-    return Progress(done, total, rate, eta)
+    return Progress(done, total, rate, eta, phase)
 
 
 class Records:

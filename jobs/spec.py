@@ -25,8 +25,10 @@ import samplers
 from landscapes import ParamError, Target
 from samplers import Kernel
 
-# Observables computed alongside the chains: name -> one-line doc (the LLC issue adds "llc").
-OBSERVABLES: dict[str, str] = {}
+# Observables computed alongside the chains (jobs.observe): name -> one-line doc.
+OBSERVABLES: dict[str, str] = {
+    "llc": "local learning coefficient at w0: nbeta (E[L] - L(w0)), live, with health warnings",
+}
 
 # Records buffered on the device between two flushes when flush_every is 0 (auto, ~0.5 s): the
 # run loop must not buffer more than this, since the estimate below counts on it.
@@ -73,6 +75,26 @@ class Record(_Model):
     snapshots: int = Field(200, ge=0, le=10_000)  # thinned full positions for PCA when d > 64
 
 
+class LLCOptions(_Model):
+    """Where an LLC run's chains start (w0) and what its baseline is; used with "llc"."""
+
+    w0: Literal["auto", "train", "truth", "init"] = Field(
+        "auto",
+        description="one of ['auto', 'train', 'truth', 'init'] (auto: train on data targets, "
+        "else the target's known point)",
+    )
+    baseline: Literal["full", "minibatch"] = "full"
+    train_optimizer: Literal["adam", "sgd"] = "adam"
+    train_steps: int = Field(5000, ge=0, le=10_000_000)
+    train_lr: float = Field(1e-3, gt=0, le=10, description="a number in (0, 10]")
+    train_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="an integer >= 1, or null: full batch up to 4096 points, else 512",
+    )
+    train_patience: int = Field(500, ge=1, le=10_000_000)
+
+
 class RunSpec(_Model):
     target: Component
     sampler: Component
@@ -86,6 +108,7 @@ class RunSpec(_Model):
     dtype: Literal["float32", "float64"] = "float32"
     record: Record = Record()
     observables: list[str] = []
+    llc: LLCOptions = LLCOptions()
     flush_every: int = 0  # 0: auto (every ~0.5 s); else 1 .. steps
 
     @model_validator(mode="after")
@@ -104,6 +127,12 @@ class RunSpec(_Model):
         ):
             if not low <= (value := getattr(self, field)) <= high:
                 raise _fail(field, f"must be an integer in [{low}, {high}]{note}, got {value}")
+        for name in self.observables:
+            if name not in OBSERVABLES:
+                raise _fail(
+                    "observables", f"must be names from {sorted(OBSERVABLES)}, got {name!r}"
+                )
+        self._llc_defaults()
         for role, registry in (("target", landscapes.REGISTRY), ("sampler", samplers.REGISTRY)):
             part = getattr(self, role)
             if part.name not in registry:
@@ -112,12 +141,18 @@ class RunSpec(_Model):
                 part.params = registry[part.name].validate(part.params)
             except ParamError as exc:
                 raise _fail(*_param_error(exc, role, part.name)) from None
-        for name in self.observables:
-            if name not in OBSERVABLES:
-                raise _fail(
-                    "observables", f"must be names from {sorted(OBSERVABLES)}, got {name!r}"
-                )
         return self
+
+    def _llc_defaults(self) -> None:
+        """LLC runs on networks localise at w0 with gamma = 1 unless the spec says otherwise
+        (potentials keep 0: their prior localises them)."""
+        target = landscapes.REGISTRY.get(self.target.name)
+        sampler = samplers.REGISTRY.get(self.sampler.name)
+        if "llc" not in self.observables or target is None or sampler is None:
+            return
+        takes = any(p.name == "localization" for p in sampler.params)
+        if target.kind == "network" and takes and "localization" not in self.sampler.params:
+            self.sampler.params = {**self.sampler.params, "localization": 1.0}
 
 
 def _param_error(exc: ParamError, role: str, name: str) -> tuple[str, str]:

@@ -44,6 +44,9 @@ _RUN_SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunks (
     start INTEGER NOT NULL, name TEXT NOT NULL, n INTEGER NOT NULL, dtype TEXT NOT NULL,
     shape TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (start, name));
+CREATE TABLE IF NOT EXISTS flushes (
+    start INTEGER NOT NULL, name TEXT NOT NULL, n INTEGER NOT NULL, dtype TEXT NOT NULL,
+    shape TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (start, name));
 CREATE TABLE IF NOT EXISTS arrays (
     name TEXT PRIMARY KEY, dtype TEXT NOT NULL, shape TEXT NOT NULL, data BLOB NOT NULL);
 """
@@ -113,6 +116,15 @@ def _unblob(dtype: str, shape: str, data: bytes) -> np.ndarray:
 
 
 _last_ms = 0
+
+
+SERIES = {"records": "chunks", "flushes": "flushes"}
+
+
+def _table(series: str) -> str:
+    if series not in SERIES:
+        raise ValueError(f"series must be one of {list(SERIES)}, got {series!r}")
+    return SERIES[series]
 
 
 def _new_id() -> str:
@@ -324,12 +336,17 @@ class Store:
 
     # -- recorded arrays -----------------------------------------------------------------------
 
-    def append(self, run_id: str, step: int, arrays: dict[str, np.ndarray]) -> None:
+    def append(
+        self, run_id: str, step: int, arrays: dict[str, np.ndarray], series: str = "records"
+    ) -> None:
         """One chunk of records starting at record ``step``, all names in one transaction.
 
         Chunks must be contiguous, so a retried flush is refused instead of duplicated, and every
-        chunk carries the names, dtypes and trailing shapes of the first one.
+        chunk carries the names, dtypes and trailing shapes of the first one. ``series``:
+        "records" (per recorded step) or "flushes" (one row per flush: live signals such as the
+        running LLC, whose cadence is the flush's).
         """
+        table = _table(series)
         arrays = {name: np.asarray(a) for name, a in arrays.items()}
         lengths = {a.shape[0] if a.ndim else None for a in arrays.values()}
         if not arrays or len(lengths) != 1 or None in lengths:
@@ -337,10 +354,10 @@ class Store:
         n = lengths.pop()
         rows = [(name, *_blob(a)) for name, a in arrays.items()]
         with _tx(self._run(run_id)) as conn:
-            end = self._end(conn)
+            end = self._end(conn, table)
             if step != end:
                 raise ValueError(f"run {run_id}: chunk starts at {step}, expected {end}")
-            heads = conn.execute("SELECT name, dtype, shape FROM chunks WHERE start = 0")
+            heads = conn.execute(f"SELECT name, dtype, shape FROM {table} WHERE start = 0")
             first = {name: (dtype, json.loads(shape)[1:]) for name, dtype, shape in heads}
             if first and set(first) != set(arrays):
                 raise ValueError(f"chunk names {sorted(arrays)} differ from {sorted(first)}")
@@ -349,36 +366,42 @@ class Store:
                     raise ValueError(f"{name}: {a.dtype} {a.shape[1:]} differs from chunk 0")
             if n:
                 conn.executemany(
-                    "INSERT INTO chunks (start, name, n, dtype, shape, data) VALUES (?,?,?,?,?,?)",
+                    f"INSERT INTO {table} (start, name, n, dtype, shape, data) "
+                    "VALUES (?,?,?,?,?,?)",
                     [(step, name, n, *blob) for name, *blob in rows],
                 )
 
     @staticmethod
-    def _end(conn: sqlite3.Connection) -> int:
-        row = conn.execute("SELECT start + n FROM chunks ORDER BY start DESC LIMIT 1").fetchone()
+    def _end(conn: sqlite3.Connection, table: str = "chunks") -> int:
+        row = conn.execute(f"SELECT start + n FROM {table} ORDER BY start DESC LIMIT 1").fetchone()
         return row[0] if row else 0
 
-    def records(self, run_id: str) -> int:
-        return self._end(self._run(run_id))
+    def records(self, run_id: str, series: str = "records") -> int:
+        return self._end(self._run(run_id), _table(series))
 
     def read(
-        self, run_id: str, since: int = 0, names: list[str] | None = None
+        self,
+        run_id: str,
+        since: int = 0,
+        names: list[str] | None = None,
+        series: str = "records",
     ) -> dict[str, np.ndarray]:
         """Records ``since`` onward, concatenated per name; {} before the first chunk.
 
         Names never recorded are left out (not every kernel records ``accepted``).
         """
+        table = _table(series)
         since = max(int(since), 0)
         filt, args = "", ()
         if names is not None:
             filt, args = f" AND name IN ({','.join('?' * len(names))})", tuple(names)
         # From the chunk holding `since` on (the primary key's index finds it), in one snapshot.
         sql = (
-            "SELECT start, name, dtype, shape, data FROM chunks WHERE start >= COALESCE("
-            f"(SELECT MAX(start) FROM chunks WHERE start <= ?), 0) AND start + n > ?{filt}"
+            f"SELECT start, name, dtype, shape, data FROM {table} WHERE start >= COALESCE("
+            f"(SELECT MAX(start) FROM {table} WHERE start <= ?), 0) AND start + n > ?{filt}"
             " ORDER BY start"
         )
-        first = f"SELECT name, dtype, shape FROM chunks WHERE start = 0{filt}"
+        first = f"SELECT name, dtype, shape FROM {table} WHERE start = 0{filt}"
         with _tx(self._run(run_id), "DEFERRED") as conn:
             heads = conn.execute(first, args).fetchall()
             rows = conn.execute(sql, (since, since, *args)).fetchall()

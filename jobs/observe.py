@@ -1,0 +1,222 @@
+"""Observables computed alongside a run's chains: today the LLC (``"llc"``).
+
+An observable sees the run at four points: ``start`` (before the chains exist: it may choose
+where they start, e.g. train to w0), ``block`` (every block of steps, on the device, no host
+sync), ``flush`` (with the records: one row of live signals per flush, in the store's "flushes"
+series) and ``summary`` (at the end). The run loop knows nothing of what they compute.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from landscapes import ParamError, Target
+from samplers import Kernel, llc
+from samplers.training import full_loss, random_init, train
+
+from .spec import RunSpec, SpecError
+from .store import Store
+
+EVAL_POINTS = 8192  # the fixed data subset on which the live MALA diagnostic evaluates U
+TRAIN_REPORT_S = 0.5
+
+
+def w0_mode(spec: RunSpec, target: Target) -> str:
+    """``llc.w0`` with "auto" resolved: train on data targets, else the target's known point."""
+    mode = spec.llc.w0
+    if mode == "auto":
+        mode = "train" if target.n is not None else ("truth" if target.w0 is not None else "init")
+    if mode == "truth" and target.w0 is None:
+        raise SpecError("llc.w0", f"{target.name} has no known truth; use 'train' or 'init'")
+    if mode == "train" and target.n is None:
+        raise SpecError("llc.w0", f"{target.name} has no data to train on; use 'truth' or 'init'")
+    return mode
+
+
+class LLCObserver:
+    """The local learning coefficient at w0, live: per-chain running estimates, the loss, the
+    distance |w - w0| and the MALA acceptance of an SGLD step at every flush; the estimate with
+    its health warnings at the end."""
+
+    def __init__(self, spec: RunSpec, target: Target, kernel: Kernel, store: Store, run_id: str):
+        self.spec, self.target, self.kernel = spec, target, kernel
+        self.store, self.run_id = store, run_id
+        self.nbeta = kernel.nbeta_for(target)
+        self.gamma = float(kernel.params.get("localization", 0.0))
+        self.eps = float(kernel.params["step_size"])
+        self.flushes = 0
+
+    # -- before the chains --------------------------------------------------------------------
+    def start(
+        self, chains: int, device: torch.device, report: Callable[[dict], bool]
+    ) -> torch.Tensor:
+        """[C, d]: every chain at w0 (trained, the truth or an initialisation)."""
+        spec, target, opts = self.spec, self.target, self.spec.llc
+        g = torch.Generator(device=device).manual_seed(spec.seed + 104_729)  # not the chains'
+        self.mode = w0_mode(spec, target)
+        self.training = None
+        w0 = target.w0 if self.mode == "truth" else random_init(target, g)
+        if self.mode == "train":
+            w0 = self._train(w0, g, report)
+        self.w0 = w0.to(device=device, dtype=target.dtype)
+        self.store.put_array(self.run_id, "w0", self.w0.cpu().numpy())
+        w = self.w0[None]
+        batch_size = self.kernel.params.get("batch_size")
+        if opts.baseline == "minibatch" and target.n is not None:
+            size = min(batch_size or 500, target.n)
+            self.baseline = float(target.loss(w, target.sample_batch(g, size))[0])
+        else:
+            self.baseline = float(full_loss(target, w)[0])
+        self.noise_ratio = None
+        if self.kernel.minibatch:
+            self.noise_ratio = llc.gradient_noise_ratio(
+                target, self.w0, self.nbeta, self.eps, batch_size, g
+            )
+        self.eval_batch = None
+        if target.n is not None and target.n > EVAL_POINTS:
+            self.eval_batch = target.batch(
+                torch.randperm(target.n, generator=g, device=device)[:EVAL_POINTS]
+            )
+        self.probe = g
+        self.sum = torch.zeros(chains, dtype=torch.float64, device=device)
+        self.count = 0
+        self.since_flush = torch.zeros_like(self.sum)
+        self.since_count = 0
+        return self.w0.expand(chains, -1).clone()
+
+    def _train(self, start: torch.Tensor, g: torch.Generator, report) -> torch.Tensor:
+        opts, last = self.spec.llc, [0.0]
+        checks: list[tuple[int, float]] = []
+
+        def on_check(step: int, loss: float) -> bool:
+            checks.append((step, loss))
+            now = time.perf_counter()
+            if now - last[0] >= TRAIN_REPORT_S or step == opts.train_steps:
+                last[0] = now
+                self.store.put_array(self.run_id, "train_loss", np.asarray(checks))
+                progress = {"phase": "train", "steps_done": step}
+                return report({**progress, "steps_total": opts.train_steps, "loss": loss})
+            return False
+
+        try:
+            trained = train(
+                self.target,
+                start,
+                optimizer=opts.train_optimizer,
+                lr=opts.train_lr,
+                steps=opts.train_steps,
+                batch_size=opts.train_batch_size or (None if target.n <= 4096 else 512),
+                patience=opts.train_patience,
+                generator=g,
+                on_check=on_check,
+            )
+        except ParamError as exc:
+            field = "llc." + exc.field.replace(".", "_")  # train.lr -> llc.train_lr
+            raise SpecError(field, str(exc).split(": ", 1)[1]) from None
+        self.store.put_array(self.run_id, "train_loss", np.asarray(checks))
+        self.training = {
+            "optimizer": opts.train_optimizer,
+            "lr": opts.train_lr,
+            "steps": trained.steps,
+            "stopped_early": trained.stopped_early,
+            "loss": trained.loss,
+        }
+        return trained.w0
+
+    # -- while the chains run -----------------------------------------------------------------
+    def block(self, first_step: int, info) -> None:
+        """Accumulate every step's loss after the burn-in, per chain, on the device."""
+        skip = max(0, self.spec.burn_in - first_step)
+        losses = info.loss[skip:].double()
+        self.sum += losses.sum(0)
+        self.count += losses.shape[0]
+        self.since_flush += info.loss.double().sum(0)
+        self.since_count += info.loss.shape[0]
+
+    def running(self) -> torch.Tensor:
+        if not self.count:
+            return torch.full_like(self.sum, math.nan)
+        return self.nbeta * (self.sum / self.count - self.baseline)
+
+    def flush(self, done: int, state) -> None:
+        """One row of live signals: step, running llc, mean loss since the last flush, distance
+        |w - w0| and the MALA acceptance probability of a fresh SGLD step, per chain."""
+        if not self.since_count:
+            return
+        nan = torch.tensor(math.nan, dtype=torch.float64, device=self.sum.device)
+        stuck = state.diverged
+        distance = torch.linalg.vector_norm(state.position - state.center, dim=-1).double()
+        accept = llc.sgld_acceptance(
+            self.target,
+            state.position,
+            state.center,
+            self.nbeta,
+            self.gamma,
+            self.eps,
+            self.probe,
+            self.eval_batch,
+        ).double()
+        row = {
+            "step": np.asarray([done - 1]),
+            "llc": self.running(),
+            "loss": self.since_flush / self.since_count,
+            "distance": torch.where(stuck, nan, distance),
+            "acceptance": torch.where(stuck, nan, accept),
+        }
+        row = {
+            k: (v if isinstance(v, np.ndarray) else v[None].cpu().numpy()) for k, v in row.items()
+        }
+        self.store.append(self.run_id, self.flushes, row, series="flushes")
+        self.flushes += 1
+        self.since_flush.zero_()
+        self.since_count = 0
+
+    # -- at the end ------------------------------------------------------------------------------
+    def summary(self, records: dict[str, np.ndarray]) -> dict:
+        target, dim = self.target, self.target.dim
+        per_chain = self.running().cpu().numpy()
+        est = llc.summarise(per_chain, self.count)
+        burn = math.ceil(self.spec.burn_in / self.spec.thin)
+        losses = records.get("loss", np.zeros((0, len(per_chain))))[burn:]
+        spikes = llc.spikes(losses, self.baseline, self.nbeta, dim)
+        flushes = self.store.read(self.run_id, series="flushes")
+        acceptance = None
+        if len(flushes.get("acceptance", ())):
+            last = flushes["acceptance"][-1]
+            acceptance = float(np.nanmean(last)) if np.isfinite(last).any() else None
+        good = np.isfinite(per_chain)
+        mean_loss = None
+        if self.count and good.any():
+            mean_loss = float((self.sum / self.count).cpu().numpy()[good].mean())
+        out = {
+            **est.as_dict(),
+            "true": target.true_llc[0] if target.true_llc else None,
+            "dim": dim,
+            "nbeta": self.nbeta,
+            "localization": self.gamma,
+            "baseline": self.spec.llc.baseline,
+            "baseline_loss": self.baseline,
+            "w0": self.mode,
+            "training": self.training,
+            "mean_loss": mean_loss,
+            "wbic": llc.wbic(mean_loss, target.n, self.nbeta),
+            "noise_ratio": self.noise_ratio,
+            "acceptance": acceptance,
+            "spikes": int(spikes.sum()),
+            "plateaued": llc.plateaued(losses, self.baseline, self.nbeta) if len(losses) else False,
+        }
+        if hasattr(target, "llc_at"):  # normal crossings: the exact value at this temperature
+            try:
+                out["exact_at_nbeta"] = target.llc_at(self.nbeta)
+            except ParamError:
+                out["exact_at_nbeta"] = None
+        out["warnings"] = llc.health(est, dim, spikes, self.noise_ratio, acceptance)
+        return out
+
+
+OBSERVERS = {"llc": LLCObserver}

@@ -1,0 +1,278 @@
+"""The local learning coefficient (LLC) and the signals that say whether to trust it.
+
+lambda_hat(w0) = nbeta (E[L_n(w)] - L_n(w0)), the expectation over the tempered posterior
+localised at w0, exp(-nbeta L_n(w) - (gamma/2) |w - w0|^2) (reference 000, Def. 3.1 and
+eq. 3.8). nbeta defaults to n / log n (beta = 1 / log n) and gamma to 1. Each chain gives its own
+estimate from the losses it saw after the burn-in; the reported value is their mean, with the
+standard deviation over chains and the standard error SD / sqrt(chains). A chain that diverged
+(NaN/Inf) is excluded and counted, never averaged in.
+
+The baseline L_n(w0) is the full-data loss by default. The paper's single-minibatch baseline
+L_m(w0) is an option, but its noise (nbeta x sd of L_m, hundreds on a tiny DLN against a true
+LLC of ~10) swamps the estimate at small scale, which is why it is not the default.
+
+Everything here is host-side arithmetic on recorded arrays, plus two device-side probes of a
+state (the MALA acceptance of an SGLD proposal, and the minibatch gradient noise at w0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from landscapes import ParamError, Target
+
+from .mcmc import log_q
+
+
+def default_nbeta(n: int | None) -> float:
+    """n / log n, i.e. beta = 1 / log n (reference 000, Table 2); 1 without a dataset."""
+    if n is None or n <= 1:
+        return 1.0
+    return n / math.log(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# The estimate from recorded losses.
+
+
+@dataclass(frozen=True)
+class Estimate:
+    mean: float | None  # over the chains that stayed finite; None when none did
+    std: float | None  # across those chains (ddof 1; 0 for a single chain)
+    se: float | None  # std / sqrt(chains used)
+    per_chain: list[float | None]  # None where the chain diverged
+    nan_chains: int
+    chains: int
+    draws: int  # losses averaged per chain (after the burn-in)
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def chain_estimates(losses: np.ndarray, baseline: float, nbeta: float) -> np.ndarray:
+    """[C] nbeta (mean_t L_t,c - L0): NaN for a chain with any non-finite loss."""
+    losses = np.asarray(losses, dtype=np.float64)
+    if losses.ndim != 2:
+        raise ValueError(f"losses must be [draws, chains], got shape {losses.shape}")
+    with np.errstate(invalid="ignore"):
+        return nbeta * (losses.mean(0) - baseline)
+
+
+def summarise(per_chain: np.ndarray, draws: int) -> Estimate:
+    """Mean, SD and SE over the finite per-chain estimates."""
+    per_chain = np.asarray(per_chain, dtype=np.float64)
+    good = per_chain[np.isfinite(per_chain)]
+    mean = std = se = None
+    if good.size:
+        mean = float(good.mean())
+        std = float(good.std(ddof=1)) if good.size > 1 else 0.0
+        se = std / math.sqrt(good.size)
+    return Estimate(
+        mean=mean,
+        std=std,
+        se=se,
+        per_chain=[float(v) if math.isfinite(v) else None for v in per_chain],
+        nan_chains=int(per_chain.size - good.size),
+        chains=int(per_chain.size),
+        draws=draws,
+    )
+
+
+def estimate(losses: np.ndarray, baseline: float, nbeta: float, burn_in: int = 0) -> Estimate:
+    """The LLC from per-step losses [draws, chains], dropping the first ``burn_in`` draws."""
+    if not 0 <= burn_in <= len(losses):
+        raise ParamError("burn_in", f"must be in [0, {len(losses)}] (the draws), got {burn_in}")
+    kept = np.asarray(losses)[burn_in:]
+    if not len(kept):
+        return summarise(np.full(np.shape(losses)[1], np.nan), 0)
+    return summarise(chain_estimates(kept, baseline, nbeta), len(kept))
+
+
+def running(losses: np.ndarray, baseline: float, nbeta: float, burn_in: int = 0) -> np.ndarray:
+    """[draws, chains]: the estimate from the draws after the burn-in up to each draw (NaN
+    before the burn-in ends): lambda_t = nbeta (mean_{B <= s <= t} L_s - L0)."""
+    losses = np.asarray(losses, dtype=np.float64)
+    out = np.full(losses.shape, np.nan)
+    kept = losses[burn_in:]
+    if len(kept):
+        count = np.arange(1, len(kept) + 1)[:, None]
+        out[burn_in:] = nbeta * (np.cumsum(kept, 0) / count - baseline)
+    return out
+
+
+def wbic(mean_loss: float | None, n: int | None, nbeta: float) -> float | None:
+    """Watanabe's WBIC, n E_beta[L_n] at beta = 1 / log n: an estimate of the free energy
+    n L_n(w0) + lambda log n in the units of the loss. Only defined at that temperature (None
+    elsewhere, or without a dataset). Under localisation it is the free energy of the
+    neighbourhood of w0, the local counterpart the LLC belongs to."""
+    if mean_loss is None or n is None or n <= 1 or not math.isfinite(mean_loss):
+        return None
+    if not math.isclose(nbeta, default_nbeta(n), rel_tol=1e-6):
+        return None
+    return n * mean_loss
+
+
+# ---------------------------------------------------------------------------------------------
+# Device-side probes.
+
+
+def energy(target: Target, w: Tensor, center: Tensor, nbeta: float, gamma: float, batch=None):
+    """U = nbeta L + (gamma/2)|w - center|^2 + prior, and grad U, per chain."""
+    loss, grad = target.loss_and_grad(w, batch)
+    diff = w - center
+    value = nbeta * loss + 0.5 * gamma * (diff * diff).sum(-1) + target.prior_energy(w)
+    return value, nbeta * grad + gamma * diff + target.prior_grad(w)
+
+
+def mala_acceptance(
+    w: Tensor, w_new: Tensor, u: Tensor, u_new: Tensor, grad: Tensor, grad_new: Tensor, eps: float
+) -> Tensor:
+    """[C] min(1, exp(U(w) - U(w') + log q(w | w') - log q(w' | w))) for the Langevin proposal
+    w -> w' of step ``eps``: the probability MALA would accept it (NaN-safe: 0)."""
+    log_ratio = u - u_new + log_q(w, w_new, grad_new, eps) - log_q(w_new, w, grad, eps)
+    ratio = torch.exp(torch.clamp(log_ratio, max=0.0))
+    return torch.nan_to_num(ratio, nan=0.0)
+
+
+def sgld_acceptance(
+    target: Target,
+    w: Tensor,
+    center: Tensor,
+    nbeta: float,
+    gamma: float,
+    eps: float,
+    generator: torch.Generator,
+    batch=None,
+) -> Tensor:
+    """[C] the MALA acceptance probability of one fresh SGLD proposal from each chain's ``w``,
+    on the energy of ``batch`` (the full data when None): a step-size diagnostic; near 1 means
+    the discretisation barely biases the chain, low values mean the step is too large."""
+    u, grad = energy(target, w, center, nbeta, gamma, batch)
+    noise = torch.randn(w.shape, generator=generator, device=w.device, dtype=w.dtype)
+    proposal = w - 0.5 * eps * grad + math.sqrt(eps) * noise
+    u_new, grad_new = energy(target, proposal, center, nbeta, gamma, batch)
+    return mala_acceptance(w, proposal, u, u_new, grad, grad_new, eps)
+
+
+def gradient_noise_ratio(
+    target: Target,
+    w0: Tensor,
+    nbeta: float,
+    eps: float,
+    batch_size: int | None,
+    generator: torch.Generator,
+    batches: int = 16,
+) -> float:
+    """(eps / 4) nbeta^2 Var(g_m), averaged over coordinates, at w0: the variance SGLD's
+    minibatch gradient adds to a step, (eps/2)^2 nbeta^2 Var(g_m), over the injected eps.
+    Well below 1, the injected noise dominates; near or above it the chains sample a hotter
+    posterior than intended (reference 000, section 5). 0 on full batches."""
+    if target.n is None or batch_size is None or batch_size >= target.n:
+        return 0.0
+    w = w0.reshape(1, -1)
+    grads = torch.cat(
+        [target.grad(w, target.sample_batch(generator, batch_size)) for _ in range(batches)]
+    ).double()
+    return float(eps / 4 * nbeta**2 * grads.var(0, unbiased=True).mean())
+
+
+# ---------------------------------------------------------------------------------------------
+# Health: what a user needs to be told, with the likely cause.
+
+NOISE_RATIO_WARN = 0.1  # "not << 1"
+SPIKE_MADS = 10.0  # robust z-score of a loss spike
+
+
+def spikes(losses: np.ndarray, baseline: float, nbeta: float, dim: int) -> np.ndarray:
+    """[C] count of loss spikes per chain: draws whose loss is both a robust outlier of the
+    chain's own trace (> 10 MADs above its median) and an excess energy nbeta (L - L0) that a
+    posterior of d/2 effective parameters practically never reaches (> d/2 + 10 sqrt(d/2) + 10,
+    the Gamma(d/2) tail far past any regular or singular model)."""
+    losses = np.asarray(losses, dtype=np.float64)
+    if not len(losses):
+        return np.zeros(losses.shape[1], int)
+    with np.errstate(invalid="ignore"):
+        median = np.nanmedian(losses, 0)
+        mad = 1.4826 * np.nanmedian(np.abs(losses - median), 0)
+        outlier = losses - median > SPIKE_MADS * np.maximum(mad, 1e-12 * np.abs(median) + 1e-30)
+        half = dim / 2
+        excess = nbeta * (losses - baseline) > half + 10 * math.sqrt(half) + 10
+        return (outlier & excess).sum(0)
+
+
+def health(
+    est: Estimate,
+    dim: int,
+    spike_counts: np.ndarray | None = None,
+    noise_ratio: float | None = None,
+    acceptance: float | None = None,
+) -> list[dict[str, str]]:
+    """Warnings {code, message} with the likely cause; empty when nothing looks wrong."""
+    out = []
+
+    def warn(code: str, message: str) -> None:
+        out.append({"code": code, "message": message})
+
+    if est.nan_chains:
+        warn(
+            "nan",
+            f"{est.nan_chains} of {est.chains} chains diverged (NaN/Inf) and are left out: the "
+            "step size is too large for the curvature at w0 (or nbeta too large for it)",
+        )
+    if est.mean is not None and est.mean > dim / 2:
+        warn(
+            "above_max",
+            f"lambda_hat = {est.mean:.4g} exceeds d/2 = {dim / 2:g}, which no true LLC can: the "
+            "step size is too large, or the chains left the neighbourhood of w0",
+        )
+    if est.mean is not None and est.mean < 0:
+        warn(
+            "negative",
+            f"lambda_hat = {est.mean:.4g} < 0: the chains found lower loss than w0, so w0 is not "
+            "a local minimum (train longer), the chains are not local (raise localization), "
+            "or the baseline is a noisy minibatch loss",
+        )
+    if spike_counts is not None and int(np.sum(spike_counts)):
+        chains = int(np.count_nonzero(spike_counts))
+        warn(
+            "spikes",
+            f"loss spikes in {chains} chain(s) ({int(np.sum(spike_counts))} draws): the step "
+            "size is near the stability limit; lower it",
+        )
+    if noise_ratio is not None and noise_ratio > NOISE_RATIO_WARN:
+        warn(
+            "gradient_noise",
+            f"minibatch gradient noise is {noise_ratio:.3g} x the injected noise: the chains "
+            "sample a hotter posterior than intended (lambda_hat biased up); lower the step "
+            "size or raise batch_size",
+        )
+    if acceptance is not None and acceptance < 0.5:
+        warn(
+            "low_acceptance",
+            f"an SGLD step would be accepted by MALA with probability {acceptance:.2f} only: "
+            "the step size is large for the curvature, so the discretisation biases the chains",
+        )
+    return out
+
+
+def plateaued(losses: np.ndarray, baseline: float, nbeta: float) -> bool:
+    """Whether the estimate has settled: the last two quarters of the draws (after burn-in)
+    agree within 10% of the estimate or three standard errors of their difference."""
+    losses = np.asarray(losses, dtype=np.float64)
+    q = len(losses) // 4
+    if q < 2:
+        return False
+    third = chain_estimates(losses[2 * q : 3 * q], baseline, nbeta)
+    fourth = chain_estimates(losses[3 * q :], baseline, nbeta)
+    good = np.isfinite(third) & np.isfinite(fourth)
+    if not good.any():
+        return False
+    a, b = third[good].mean(), fourth[good].mean()
+    diff = third[good] - fourth[good]
+    se = diff.std(ddof=1) / math.sqrt(diff.size) if diff.size > 1 else 0.0
+    return bool(abs(b - a) <= max(0.1 * abs(b), 3 * se))

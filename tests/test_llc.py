@@ -1,0 +1,144 @@
+"""The LLC estimator: arithmetic, probes, health signals and training, against values derived
+independently (closed forms, reference 000's numbers, devinterp's unit-test vectors, lstsq)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import landscapes
+from samplers import llc
+from samplers.training import full_loss, random_init, train
+
+
+def test_default_nbeta_is_n_over_log_n():
+    # Reference 000, notation: n = 1e6 -> 72382.41, 1e5 -> 8685.89, 1e4 -> 1085.74.
+    assert llc.default_nbeta(10**6) == pytest.approx(72382.41, abs=0.01)
+    assert llc.default_nbeta(10**5) == pytest.approx(8685.89, abs=0.01)
+    assert llc.default_nbeta(10**4) == pytest.approx(1085.74, abs=0.01)
+    assert llc.default_nbeta(None) == 1.0
+
+
+def test_estimate_is_nbeta_times_mean_excess_after_burn_in():
+    rng = np.random.default_rng(0)
+    losses = 2.0 + rng.random((1000, 5))
+    losses[:900] += 100.0  # the burn-in (B = 0.9 T) must be dropped
+    nbeta, baseline = 7.0, 1.5
+    est = llc.estimate(losses, baseline, nbeta, burn_in=900)
+    per_chain = [nbeta * (losses[900:, c].mean() - baseline) for c in range(5)]
+    assert est.per_chain == pytest.approx(per_chain, rel=1e-12)
+    assert est.mean == pytest.approx(np.mean(per_chain), rel=1e-12)
+    assert est.std == pytest.approx(np.std(per_chain, ddof=1), rel=1e-12)
+    assert est.se == pytest.approx(np.std(per_chain, ddof=1) / math.sqrt(5), rel=1e-12)
+    assert est.draws == 100 and est.nan_chains == 0
+
+
+def test_nan_chains_are_counted_and_never_averaged_in():
+    losses = np.ones((50, 4))
+    losses[:, 0] = 3.0
+    losses[20:, 2] = np.nan  # a chain that diverged mid-run
+    est = llc.estimate(losses, baseline=1.0, nbeta=2.0)
+    assert est.nan_chains == 1 and est.chains == 4
+    assert est.per_chain[2] is None
+    assert est.mean == pytest.approx((4.0 + 0.0 + 0.0) / 3)
+
+
+def test_running_estimate_ends_at_the_estimate():
+    rng = np.random.default_rng(1)
+    losses = rng.random((200, 3))
+    run = llc.running(losses, 0.1, 3.0, burn_in=50)
+    assert np.isnan(run[:50]).all()
+    assert run[50] == pytest.approx(3.0 * (losses[50] - 0.1))
+    assert run[-1] == pytest.approx(llc.estimate(losses, 0.1, 3.0, 50).per_chain)
+
+
+def test_wbic_is_n_times_the_mean_loss_at_beta_one_over_log_n():
+    n = 1000
+    assert llc.wbic(0.3, n, n / math.log(n)) == pytest.approx(300.0)
+    assert llc.wbic(0.3, n, 2 * n / math.log(n)) is None  # another temperature: not WBIC
+    assert llc.wbic(0.3, None, 1.0) is None
+
+
+@pytest.mark.parametrize(
+    "w, g, u, w_new, g_new, u_new, eps, expected",
+    [
+        # devinterp's unit-test vectors (reference 000, section 5)
+        ((0.0, 0.0), (0.0, 0.0), 0.0, (1.5, 5.5), (1.5, 5.5), 16.25, 0.1, 0.6661436),
+        ((1.0, 1.0), (1.0, 1.0), 1.0, (1.5, 0.5), (1.5, 0.5), 1.25, 0.5, 0.9692332),
+    ],
+)
+def test_mala_acceptance_matches_devinterp_vectors(w, g, u, w_new, g_new, u_new, eps, expected):
+    t = lambda x: torch.tensor([x], dtype=torch.float64)  # noqa: E731
+    a = llc.mala_acceptance(t(w), t(w_new), t(u)[0], t(u_new)[0], t(g), t(g_new), eps)
+    assert float(a[0]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_gradient_noise_ratio_matches_the_per_sample_variance():
+    # Linear regression (a one-layer DLN): per-sample gradients have a closed form, so
+    # Var(g_m) = Var_i(grad l_i) / m for minibatches drawn with replacement.
+    target = landscapes.make("dln", widths=(3, 2), n=2000, seed=3, device="cpu", dtype="float64")
+    w = target.w0 + 0.01
+    W = w.reshape(2, 3)
+    residual = target.x @ W.T - target.y  # [n, 2]
+    per_sample = 2 * residual[:, :, None] * target.x[:, None, :]  # d l_i / d W
+    var = per_sample.reshape(target.n, -1).var(0, unbiased=False).mean()
+    m, eps, nbeta = 50, 1e-6, 300.0
+    expected = eps / 4 * nbeta**2 * float(var) / m
+    g = torch.Generator().manual_seed(0)
+    got = llc.gradient_noise_ratio(target, w, nbeta, eps, m, g, batches=800)
+    # The estimate is a sample variance over 800 batches: relative sd ~ sqrt(2/799) = 0.05.
+    assert got == pytest.approx(expected, rel=0.2)
+    assert llc.gradient_noise_ratio(target, w, nbeta, eps, None, g) == 0.0
+
+
+def test_spikes_flag_outliers_and_spare_a_gamma_trace():
+    rng = np.random.default_rng(2)
+    nbeta, dim = 100.0, 20
+    # A healthy trace: nbeta (L - L0) ~ Gamma(d/2, 1), the regular model's posterior law.
+    losses = rng.gamma(dim / 2, 1.0, size=(20_000, 4)) / nbeta
+    assert llc.spikes(losses, 0.0, nbeta, dim).sum() == 0
+    losses[5000, 1] = 50.0  # nbeta (L - L0) = 5000, far past anything the posterior reaches
+    assert llc.spikes(losses, 0.0, nbeta, dim).tolist() == [0, 1, 0, 0]
+
+
+def test_health_names_the_problem_and_its_cause():
+    ok = llc.summarise(np.array([3.0, 3.2, 2.9]), 100)
+    assert llc.health(ok, dim=20) == []
+    codes = lambda est, **kw: [w["code"] for w in llc.health(est, 20, **kw)]  # noqa: E731
+    assert codes(llc.summarise(np.array([30.0, 31.0]), 100)) == ["above_max"]
+    assert codes(llc.summarise(np.array([-3.0, -2.0]), 100)) == ["negative"]
+    assert codes(llc.summarise(np.array([3.0, np.nan]), 100)) == ["nan"]
+    assert codes(ok, noise_ratio=2.0) == ["gradient_noise"]
+    assert codes(ok, spike_counts=np.array([0, 2])) == ["spikes"]
+    assert "step size" in llc.health(llc.summarise(np.array([30.0]), 9), 20)[0]["message"]
+
+
+def test_training_reaches_the_least_squares_solution():
+    # A one-layer DLN is linear regression: its minimiser is lstsq's, independently computed.
+    target = landscapes.make("dln", widths=(4, 3), n=500, seed=5, device="cpu", dtype="float64")
+    solution = torch.linalg.lstsq(target.x, target.y).solution.T.reshape(-1)
+    g = torch.Generator().manual_seed(0)
+    trained = train(target, random_init(target, g), lr=0.05, steps=4000, patience=300, tol=1e-9)
+    assert torch.allclose(trained.w0, solution, atol=1e-3)
+    assert trained.loss == pytest.approx(float(full_loss(target, solution[None])[0]), rel=1e-6)
+    assert trained.losses[0] > trained.losses[-1]
+
+
+def test_training_stops_early_on_a_plateau_and_full_loss_chunks_agree():
+    target = landscapes.make("dln", widths=(2, 2), n=3000, seed=1, device="cpu", dtype="float64")
+    g = torch.Generator().manual_seed(0)
+    trained = train(target, random_init(target, g), lr=0.05, steps=20_000, patience=200)
+    assert trained.stopped_early and trained.steps < 20_000
+    w = torch.randn(3, target.dim, generator=g, dtype=torch.float64)
+    assert torch.allclose(full_loss(target, w, chunk=700), target.loss(w), rtol=1e-12)
+
+
+def test_random_init_is_not_the_truth_and_is_seeded():
+    target = landscapes.make("dln", widths=(3, 4, 2), seed=0, device="cpu")
+    a = random_init(target, torch.Generator().manual_seed(1))
+    b = random_init(target, torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and not torch.allclose(a, target.w0)
+    assert a[:12].abs().max() <= 1 / math.sqrt(3)  # U(-1/sqrt(fan_in), 1/sqrt(fan_in))
