@@ -110,7 +110,7 @@ class LLCObserver:
                 optimizer=opts.train_optimizer,
                 lr=opts.train_lr,
                 steps=opts.train_steps,
-                batch_size=opts.train_batch_size or (None if target.n <= 4096 else 512),
+                batch_size=opts.train_batch_size or (None if self.target.n <= 4096 else 512),
                 patience=opts.train_patience,
                 generator=g,
                 on_check=on_check,
