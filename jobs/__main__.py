@@ -7,6 +7,11 @@
     python -m jobs worker [--slots N]            # serve the queue (the app starts one too)
     python -m jobs list | show ID [--json] | cancel ID | delete ID
     python -m jobs export ID --format netcdf|npz --out PATH
+    python -m jobs sweep dln --class tiny --problems 16 --samplers sgld,rmsprop-sgld \\
+        --step-sizes 1e-8,1e-7,1e-6 --steps 5000 --json      # the DLN benchmark
+    python -m jobs sweep calibrate --target dln ... --sampler sgld \\
+        --step-sizes 1e-8,1e-7,1e-6 --nbetas 100,1000 --json  # step size x nbeta grid
+    python -m jobs sweep show ID [--json] | sweep list | sweep delete ID
 
 A bad spec exits with code 2 and one message naming the field. The store is $BASIN_HOME
 (default ./.basin).
@@ -219,6 +224,95 @@ def cmd_export(args: argparse.Namespace, store: Store) -> int:
     return 0
 
 
+def _floats(text: str, flag: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise SpecError(flag, f"must be comma-separated numbers, got {text!r}") from None
+
+
+def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
+    import threading
+
+    from . import sweep
+    from .worker import supervise
+
+    if args.sweep == "list":
+        for s in store.list_sweeps():
+            p = sweep.progress(store, s)
+            print(f"{s['id']}  {s['kind']:<10} {p['done']}/{p['runs']} runs done")
+        return 0
+    if args.sweep == "delete":
+        store.delete_sweep(args.id)
+        return 0
+    if args.sweep == "show":
+        return _print_sweep(sweep.results(store, args.id), args.json)
+    step_sizes = _floats(args.step_sizes, "--step-sizes")
+    if args.sweep == "dln":
+        samplers_ = tuple(s for s in args.samplers.split(",") if s)
+        params, cells = sweep.dln_specs(
+            size_class=args.size_class,
+            problems=args.problems,
+            samplers=samplers_,
+            step_sizes=step_sizes,
+            steps=args.steps or 5000,
+            chains=args.chains or 1,
+            batch_size=args.batch_size,
+            n=args.n,
+            seed=args.seed or 0,
+            device=args.device or "auto",
+            dtype=args.dtype or "float32",
+        )
+    else:
+        nbetas = (None,) if not args.nbetas else _floats(args.nbetas, "--nbetas")
+        base = parse_spec({**spec_from_args(args), "observables": ["llc"]})
+        params, cells = sweep.calibration_specs(base, step_sizes, nbetas)
+    sweep_id = sweep.submit(store, args.sweep, params, cells)
+    print(f"{sweep_id}: {len(cells)} runs queued", file=sys.stderr)
+    if args.submit_only:
+        print(sweep_id)
+        return 0
+    done = threading.Event()
+
+    def report() -> None:  # the supervisor holds the main thread (it owns Ctrl-C)
+        watcher = Store(store.home)
+        while not done.wait(1.0):
+            p = sweep.progress(watcher, watcher.get_sweep(sweep_id))
+            print(f"\r{sweep_id}: {p['done']}/{p['runs']} runs done", end="", file=sys.stderr)
+
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    supervise(str(store.home), slots=args.slots, once=True)
+    done.set()
+    thread.join()
+    print(file=sys.stderr)
+    return _print_sweep(sweep.results(store, sweep_id), args.json)
+
+
+def _print_sweep(result: dict, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(_finite(result)))
+        return 0
+    p = result["progress"]
+    print(f"{result['sweep_id']} ({result['kind']}): {p['done']}/{p['runs']} runs done")
+    for m in result.get("metrics", []):
+        fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+        print(
+            f"{m['sampler']:<14} step {m['step_size']:<8.2g} rel. error "
+            f"{fmt(m['relative_error_mean'])} +- {fmt(m['relative_error_sd'])}  "
+            f"NaN {m['nan_fraction']:.2f}  order {fmt(m['order_preservation'])}"
+        )
+    for c in result.get("cells", []) if result["kind"] == "calibrate" else []:
+        llc = "-" if c["llc"] is None else f"{c['llc']:.4g}"
+        print(
+            f"step {c['step_size']:<8.2g} nbeta {c['nbeta_value']:<10.4g} llc {llc:<10} "
+            f"{', '.join(c['flags']) or 'stable'}"
+        )
+    if "recommended" in result:
+        print(f"recommended step size per nbeta: {result['recommended']}")
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace, store: Store) -> int:
     from .worker import supervise
 
@@ -252,6 +346,49 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("id")
     export.add_argument("--format", choices=("netcdf", "npz"), default="npz")
     export.add_argument("--out", required=True)
+    sweep_parser = sub.add_parser("sweep", help="LLC sweeps: the DLN benchmark, calibration")
+    kinds = sweep_parser.add_subparsers(dest="sweep", required=True)
+    for name in ("dln", "calibrate"):
+        k = kinds.add_parser(name)
+        if name == "calibrate":
+            _add_spec_flags(k)
+            k.add_argument("--nbetas", help="comma-separated nbeta values (default: n / log n)")
+        else:
+            k.add_argument(
+                "--class",
+                dest="size_class",
+                default="tiny",
+                help="size class: tiny, 100K, 1M, 10M, 100M",
+            )
+            k.add_argument("--problems", type=int, default=16)
+            k.add_argument("--samplers", default="sgld,rmsprop-sgld,adam-sgld,sghmc,sgnht")
+            k.add_argument("--steps", type=int, help="sampler steps per run (default 5000)")
+            k.add_argument("--chains", type=int, help="chains per run (default 1, as the paper)")
+            k.add_argument("--batch-size", dest="batch_size", type=int, default=500)
+            k.add_argument("--n", type=int, default=100_000, help="training points per problem")
+            k.add_argument("--seed", type=int)
+            k.add_argument("--device")
+            k.add_argument("--dtype", choices=("float32", "float64"))
+            k.add_argument("--json", action="store_true")
+        k.add_argument(
+            "--step-sizes",
+            dest="step_sizes",
+            required=True,
+            help="comma-separated step sizes (a log grid)",
+        )
+        k.add_argument("--slots", type=int, help="runs at once (default: the worker default)")
+        k.add_argument(
+            "--submit-only",
+            dest="submit_only",
+            action="store_true",
+            help="queue the runs, print the sweep id and return",
+        )
+    for name in ("show", "delete"):
+        k = kinds.add_parser(name)
+        k.add_argument("id")
+        if name == "show":
+            k.add_argument("--json", action="store_true")
+    kinds.add_parser("list")
     worker = sub.add_parser("worker")
     worker.add_argument("--slots", type=int, help="runs at once (default: one per GPU, or cores/2)")
     worker.add_argument("--once", action="store_true", help="exit when the queue is empty")

@@ -38,6 +38,9 @@ CREATE TABLE IF NOT EXISTS runs (
     started REAL, finished REAL, progress TEXT NOT NULL, error TEXT, summary TEXT,
     worker_pid INTEGER, heartbeat REAL, cancel_requested INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS runs_status ON runs (status, created);
+CREATE TABLE IF NOT EXISTS sweeps (
+    id TEXT PRIMARY KEY, kind TEXT NOT NULL, spec TEXT NOT NULL, cells TEXT NOT NULL,
+    created REAL NOT NULL);
 """
 # Columns before `data` so that scans never touch the blobs' overflow pages.
 _RUN_SCHEMA = """
@@ -333,6 +336,45 @@ class Store:
         path = self._path(run_id)
         for suffix in ("", "-wal", "-shm"):
             path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+    # -- sweeps: named sets of runs ----------------------------------------------------------
+
+    def create_sweep(self, kind: str, spec: dict, cells: list[dict]) -> str:
+        """A sweep over runs already created; each cell names its ``run_id`` and what it varies
+        (problem, sampler, step size, ...). Results are computed from the runs when read."""
+        sweep_id = "sweep-" + _new_id()
+        with _tx(self._db()) as db:
+            db.execute(
+                "INSERT INTO sweeps (id, kind, spec, cells, created) VALUES (?, ?, ?, ?, ?)",
+                (sweep_id, kind, json.dumps(spec), json.dumps(cells), time.time()),
+            )
+        return sweep_id
+
+    def get_sweep(self, sweep_id: str) -> dict:
+        sql = "SELECT id, kind, spec, cells, created FROM sweeps WHERE id = ?"
+        row = self._db().execute(sql, (sweep_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"unknown sweep {sweep_id!r}")
+        return {
+            "id": row[0],
+            "kind": row[1],
+            "spec": json.loads(row[2]),
+            "cells": json.loads(row[3]),
+            "created": row[4],
+        }
+
+    def list_sweeps(self) -> list[dict]:
+        """Newest first."""
+        ids = self._db().execute("SELECT id FROM sweeps ORDER BY created DESC, rowid DESC")
+        return [self.get_sweep(row[0]) for row in ids.fetchall()]
+
+    def delete_sweep(self, sweep_id: str) -> None:
+        """The sweep and every run of it (a running one is cancelled by its deletion)."""
+        for cell in self.get_sweep(sweep_id)["cells"]:
+            with contextlib.suppress(KeyError):
+                self.delete(cell["run_id"])
+        with _tx(self._db()) as db:
+            db.execute("DELETE FROM sweeps WHERE id = ?", (sweep_id,))
 
     # -- recorded arrays -----------------------------------------------------------------------
 

@@ -142,3 +142,11 @@ def test_random_init_is_not_the_truth_and_is_seeded():
     b = random_init(target, torch.Generator().manual_seed(1))
     assert torch.equal(a, b) and not torch.allclose(a, target.w0)
     assert a[:12].abs().max() <= 1 / math.sqrt(3)  # U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+
+
+def test_plateau_tells_a_settled_trace_from_a_drifting_one():
+    rng = np.random.default_rng(3)
+    settled = 1.0 + 0.01 * rng.standard_normal((4000, 8))
+    drifting = settled + np.linspace(0, 0.5, 4000)[:, None]  # still spreading out from w0
+    assert llc.plateaued(settled, 0.9, 10.0)
+    assert not llc.plateaued(drifting, 0.9, 10.0)

@@ -1,0 +1,274 @@
+"""Sweeps: sets of LLC runs that vary one thing, fanned out over the worker pool.
+
+A sweep is stored beside the runs (``Store.create_sweep``): its parameters and one cell per run,
+naming what the cell varies. Its results are computed from the runs whenever they are read, so a
+page watching a sweep sees it fill in as runs finish, and nothing is stored twice.
+
+- ``dln``: the local-sampling benchmark (reference 000, sections 3-4): K generated DLN problems x
+  samplers x step sizes, each run from the generating point w0, whose true LLC is known. Metrics
+  per (sampler, step size): mean and SD of the relative error (lambda_hat - lambda) / lambda over
+  problems, NaN fraction, and the order-preservation rate over problem pairs (Figs 3, 5-8).
+- ``calibrate``: one target and sampler over a step size x nbeta grid: lambda_hat-versus-steps
+  curves per cell, flags (NaN, spikes, lambda_hat outside (0, d/2], no plateau), and the largest
+  stable step where lambda_hat has plateaued, per nbeta.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from itertools import combinations
+
+import numpy as np
+
+from samplers import llc
+
+from .spec import RunSpec, check_budget, parse_spec
+from .store import FINAL, Store
+
+CURVE_POINTS = 200  # points per lambda_hat-versus-steps curve handed to the app
+RECORDS_PER_RUN = 1000  # thin so that a sweep's runs store about this many records each
+
+
+def dln_specs(
+    size_class: str = "tiny",
+    problems: int = 16,
+    samplers: tuple[str, ...] = ("sgld", "rmsprop-sgld", "adam-sgld", "sghmc", "sgnht"),
+    step_sizes: tuple[float, ...] = (1e-8, 1e-7, 1e-6),
+    steps: int = 5000,
+    chains: int = 1,
+    batch_size: int = 500,
+    n: int = 100_000,
+    seed: int = 0,
+    burn_fraction: float = 0.9,
+    device: str = "auto",
+    dtype: str = "float32",
+) -> tuple[dict, list[tuple[dict, RunSpec]]]:
+    """The sweep's parameters and its (cell, RunSpec) pairs: problem p is the DLN drawn from
+    ``seed + p``; every run starts at the generating point and uses the paper's burn-in."""
+    params = dict(locals())
+    params["samplers"], params["step_sizes"] = list(samplers), list(step_sizes)
+    cells = []
+    for problem in range(problems):
+        for sampler in samplers:
+            for step_size in step_sizes:
+                spec = parse_spec(
+                    {
+                        "target": {
+                            "name": "dln",
+                            "params": {"size_class": size_class, "n": n, "seed": seed + problem},
+                        },
+                        "sampler": {
+                            "name": sampler,
+                            "params": {"step_size": step_size, "batch_size": batch_size},
+                        },
+                        "chains": chains,
+                        "steps": steps,
+                        "burn_in": min(steps - 1, int(burn_fraction * steps)),
+                        "thin": max(1, steps // RECORDS_PER_RUN),
+                        "seed": seed + problem,
+                        "device": device,
+                        "dtype": dtype,
+                        "record": {"positions": "none"},
+                        "observables": ["llc"],
+                        "llc": {"w0": "truth"},
+                    }
+                )
+                cell = {"problem": problem, "sampler": sampler, "step_size": step_size}
+                cells.append((cell, spec))
+    return params, cells
+
+
+def calibration_specs(
+    base: RunSpec, step_sizes: tuple[float, ...], nbetas: tuple[float | None, ...] = (None,)
+) -> tuple[dict, list[tuple[dict, RunSpec]]]:
+    """The base LLC run over a step size x nbeta grid (None: the target's n / log n). Every cell
+    has the base's seed, so a trained w0 is the same in each."""
+    data = base.model_dump(mode="json")
+    if "llc" not in data["observables"]:
+        data["observables"] = [*data["observables"], "llc"]
+    params = {"base": data, "step_sizes": list(step_sizes), "nbetas": list(nbetas)}
+    cells = []
+    for nbeta in nbetas:
+        for step_size in step_sizes:
+            cell_data = {**data, "sampler": dict(data["sampler"])}
+            cell_data["sampler"]["params"] = {
+                **data["sampler"]["params"],
+                "step_size": step_size,
+                "nbeta": nbeta,
+            }
+            cells.append(({"step_size": step_size, "nbeta": nbeta}, parse_spec(cell_data)))
+    return params, cells
+
+
+def submit(store: Store, kind: str, params: dict, cells: list[tuple[dict, RunSpec]]) -> str:
+    """Check every run against the memory budget first (a class too large for the device is
+    refused with the estimate, before anything is queued), then queue them all."""
+    for _, spec in cells:
+        check_budget(spec)
+    stored = []
+    for cell, spec in cells:
+        stored.append({**cell, "run_id": store.create(spec.model_dump(mode="json"))})
+    return store.create_sweep(kind, params, stored)
+
+
+def progress(store: Store, sweep: dict) -> dict:
+    counts: dict[str, int] = defaultdict(int)
+    for cell in sweep["cells"]:
+        try:
+            counts[store.get(cell["run_id"]).status] += 1
+        except KeyError:
+            counts["deleted"] += 1
+    done = sum(v for k, v in counts.items() if k in FINAL)
+    return {"runs": len(sweep["cells"]), "done": done, "by_status": dict(counts)}
+
+
+def _llc(store: Store, run_id: str) -> dict | None:
+    """A finished run's LLC summary, or None while it runs (or when it failed)."""
+    try:
+        record = store.get(run_id)
+    except KeyError:
+        return None
+    if record.status != "completed" or not record.summary:
+        return None
+    return record.summary["observables"].get("llc")
+
+
+# ---------------------------------------------------------------------------------------------
+# DLN benchmark metrics.
+
+
+def order_preservation(true: np.ndarray, estimate: np.ndarray) -> float | None:
+    """Over problem pairs with lambda_1 < lambda_2, the fraction with lambda_hat_1 < lambda_hat_2
+    (reference 000, Fig. 8); pairs with a NaN estimate are left out."""
+    pairs = [
+        (i, j) if true[i] < true[j] else (j, i)
+        for i, j in combinations(range(len(true)), 2)
+        if true[i] != true[j] and np.isfinite(estimate[i]) and np.isfinite(estimate[j])
+    ]
+    if not pairs:
+        return None
+    return float(np.mean([estimate[i] < estimate[j] for i, j in pairs]))
+
+
+def dln_results(store: Store, sweep: dict) -> dict:
+    """Per cell: the estimate and its relative error; per (sampler, step size): the metrics."""
+    rows, groups = [], defaultdict(list)
+    for cell in sweep["cells"]:
+        summary = _llc(store, cell["run_id"])
+        if summary is None:
+            continue
+        true, mean = summary["true"], summary["mean"]
+        rel = None if mean is None or not true else (mean - true) / true
+        row = {
+            **cell,
+            "llc": mean,
+            "true": true,
+            "dim": summary["dim"],
+            "relative_error": rel,
+            "nan_chains": summary["nan_chains"],
+            "chains": summary["chains"],
+            "warnings": [w["code"] for w in summary["warnings"]],
+        }
+        rows.append(row)
+        groups[(cell["sampler"], cell["step_size"])].append(row)
+    metrics = []
+    for (sampler, step_size), group in sorted(groups.items()):
+        rel = np.array(
+            [np.nan if r["relative_error"] is None else r["relative_error"] for r in group]
+        )
+        finite = rel[np.isfinite(rel)]
+        true = np.array([r["true"] for r in group], dtype=float)
+        est = np.array([np.nan if r["llc"] is None else r["llc"] for r in group])
+        metrics.append(
+            {
+                "sampler": sampler,
+                "step_size": step_size,
+                "problems": len(group),
+                "relative_error_mean": float(finite.mean()) if finite.size else None,
+                "relative_error_sd": float(finite.std(ddof=1)) if finite.size > 1 else None,
+                "nan_fraction": sum(r["nan_chains"] for r in group)
+                / sum(r["chains"] for r in group),
+                "order_preservation": order_preservation(true, est),
+            }
+        )
+    return {"progress": progress(store, sweep), "cells": rows, "metrics": metrics}
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration grid.
+
+
+def _curve(store: Store, run_id: str, spec: RunSpec, summary: dict) -> dict:
+    """The running lambda_hat (mean over finite chains) against the step, <= CURVE_POINTS."""
+    data = store.read(run_id, names=["step", "loss"])
+    burn = math.ceil(spec.burn_in / spec.thin)
+    run = llc.running(data["loss"], summary["baseline_loss"], summary["nbeta"], burn)
+    with np.errstate(invalid="ignore"):
+        good = np.isfinite(run[-1]) if len(run) else np.zeros(0, bool)
+        mean = run[:, good].mean(1) if good.any() else np.full(len(run), np.nan)
+    pick = (
+        np.unique(np.linspace(burn, len(run) - 1, CURVE_POINTS).astype(int))
+        if len(run) > burn
+        else []
+    )
+    flushes = store.read(run_id, series="flushes")
+    with np.errstate(invalid="ignore"):
+        live = {
+            k: np.nanmean(flushes[k], 1).tolist()
+            for k in ("distance", "acceptance")
+            if k in flushes
+        }
+    return {
+        "step": data["step"][pick].tolist(),
+        "llc": [None if not math.isfinite(v) else float(v) for v in mean[pick]],
+        "flush_step": flushes.get("step", np.zeros(0)).tolist(),
+        **live,
+    }
+
+
+def calibration_results(store: Store, sweep: dict) -> dict:
+    """Per cell: the curve, flags and whether it is stable; the recommended step per nbeta."""
+    rows = []
+    for cell in sweep["cells"]:
+        summary = _llc(store, cell["run_id"])
+        if summary is None:
+            continue
+        spec = parse_spec(store.get(cell["run_id"]).spec)
+        flags = []
+        if summary["nan_chains"]:
+            flags.append("nan")
+        if summary["spikes"]:
+            flags.append("spikes")
+        mean, half = summary["mean"], summary["dim"] / 2
+        if mean is None or not 0 < mean <= half:
+            flags.append("out_of_range")
+        if not summary["plateaued"]:
+            flags.append("no_plateau")
+        rows.append(
+            {
+                **cell,
+                "llc": mean,
+                "se": summary["se"],
+                "true": summary["true"],
+                "nbeta_value": summary["nbeta"],
+                "acceptance": summary["acceptance"],
+                "flags": flags,
+                "stable": not flags,
+                "curve": _curve(store, cell["run_id"], spec, summary),
+            }
+        )
+    recommended = {}
+    for nbeta in sorted({r["nbeta_value"] for r in rows}):
+        stable = [r for r in rows if r["nbeta_value"] == nbeta and r["stable"]]
+        best = max(stable, key=lambda r: r["step_size"], default=None)
+        recommended[str(nbeta)] = None if best is None else best["step_size"]
+    return {"progress": progress(store, sweep), "cells": rows, "recommended": recommended}
+
+
+RESULTS = {"dln": dln_results, "calibrate": calibration_results}
+
+
+def results(store: Store, sweep_id: str) -> dict:
+    sweep = store.get_sweep(sweep_id)
+    return {"sweep_id": sweep_id, "kind": sweep["kind"], **RESULTS[sweep["kind"]](store, sweep)}

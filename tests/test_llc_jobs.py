@@ -1,0 +1,184 @@
+"""The llc observable through the jobs CLI: its JSON, w0 training, live signals, health, sweeps."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from test_jobs import cli
+
+import landscapes
+from jobs.store import Store
+from samplers.training import full_loss
+
+
+def run_json(home, *args: str) -> dict:
+    out = cli(home, "run", *args, "--observe", "llc", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_cli_llc_on_a_regular_potential_matches_quadrature(tmp_path):
+    # K = w^2, n = 1000, prior N(0, 1): the exact t E_t[K] by quadrature is ~d/2 = 0.5. MALA is
+    # exact, and this direction mixes in a few steps, so only Monte Carlo error is left.
+    target = ["--target", "normal-crossing", "--target-param", "k=[1]", "--target-param", "n=1000"]
+    summary = run_json(
+        tmp_path,
+        *target,
+        *("--sampler", "mala", "--param", "step_size=2e-4", "--chains", "128"),
+        *("--steps", "3000", "--burn-in", "500", "--seed", "1"),
+    )
+    est = summary["observables"]["llc"]
+    exact = landscapes.make("normal-crossing", k=(1,), n=1000).llc_at(1.0)
+    assert abs(est["mean"] - exact) < 4 * est["se"]
+    assert est["true"] == 0.5 and est["exact_at_nbeta"] == pytest.approx(exact)
+    assert len(est["per_chain"]) == 128 and est["nan_chains"] == 0
+    assert est["w0"] == "truth" and est["baseline_loss"] == 0.0
+    assert est["std"] == pytest.approx(np.std(est["per_chain"], ddof=1))
+    assert est["warnings"] == []
+
+
+def test_cli_llc_trains_w0_records_it_and_streams_live_signals(tmp_path):
+    summary = run_json(
+        tmp_path,
+        *("--target", "rrr", "--target-param", "n=2000", "--target-param", "seed=2"),
+        *("--sampler", "sgld", "--param", "step_size=1e-5", "--param", "batch_size=200"),
+        *("--chains", "4", "--steps", "600", "--burn-in", "300", "--flush-every", "100"),
+        *("--train-steps", "3000", "--train-lr", "0.01"),
+    )
+    est = summary["observables"]["llc"]
+    assert est["w0"] == "train" and est["training"]["steps"] > 0
+    assert est["localization"] == 1.0  # the LLC default on networks
+    assert est["nbeta"] == pytest.approx(2000 / math.log(2000))
+    store = Store(tmp_path)
+    run_id = summary["run_id"]
+    w0 = store.get_array(run_id, "w0")
+    target = landscapes.make("rrr", n=2000, seed=2, device="cpu")
+    w0_loss = float(full_loss(target, torch.from_numpy(np.array(w0))[None])[0])
+    assert est["baseline_loss"] == pytest.approx(w0_loss, rel=1e-5)
+    # Training lowered the loss below the generating point's (the empirical minimum).
+    truth_loss = float(full_loss(target, target.w0[None])[0])
+    assert w0_loss <= truth_loss + 1e-6
+    curve = store.get_array(run_id, "train_loss")
+    assert curve[0, 0] == 0 and curve[-1, 1] == pytest.approx(est["training"]["loss"])
+    flushes = store.read(run_id, series="flushes")
+    assert flushes["step"].tolist() == [99, 199, 299, 399, 499, 599]
+    assert np.isnan(flushes["llc"][:3]).all()  # the burn-in ends at step 300
+    assert flushes["llc"][-1] == pytest.approx(est["per_chain"], rel=1e-9)
+    assert ((flushes["acceptance"] >= 0) & (flushes["acceptance"] <= 1)).all()
+    assert (flushes["distance"] > 0).all()
+
+
+def test_llc_options_are_validated_by_name(tmp_path):
+    mlp = ["--target", "mlp", "--target-param", "dataset=moons", "--sampler", "sgld"]
+    out = cli(tmp_path, "run", *mlp, "--observe", "llc", "--w0", "truth", "--steps", "10")
+    assert out.returncode == 2 and "llc.w0" in out.stderr and "no known truth" in out.stderr
+    out = cli(tmp_path, "run", *mlp, "--observe", "llc", "--train-lr", "-1", "--steps", "10")
+    assert out.returncode == 2 and "llc.train_lr" in out.stderr
+    out = cli(tmp_path, "run", *mlp, "--observe", "lcc", "--steps", "10")
+    assert out.returncode == 2 and "observables" in out.stderr and "llc" in out.stderr
+
+
+def test_a_step_1000x_too_large_is_flagged(tmp_path):
+    # The tiny DLN of seed 4 is stable at 1e-7 (reference 000: SGLD stable up to ~1e-6 at
+    # n = 1e5); at 1000x that, RMSProp-SGLD must diverge or leave the d/2 bound, and say so.
+    common = ["--target", "dln", "--target-param", "seed=4", "--sampler", "rmsprop-sgld"]
+    common += ["--param", "batch_size=500", "--chains", "4", "--steps", "400", "--w0", "truth"]
+    good = run_json(tmp_path, *common, "--param", "step_size=1e-7")["observables"]["llc"]
+    bad = run_json(tmp_path, *common, "--param", "step_size=1e-4")["observables"]["llc"]
+    assert good["nan_chains"] == 0 and 0 < good["mean"] < good["dim"] / 2
+    codes = {w["code"] for w in bad["warnings"]}
+    assert bad["nan_chains"] > 0 or bad["mean"] > bad["dim"] / 2
+    assert codes & {"nan", "above_max"}
+    assert "step size" in " ".join(w["message"] for w in bad["warnings"])
+
+
+@pytest.mark.slow
+def test_dln_sweep_metrics_follow_from_its_runs(tmp_path):
+    out = cli(
+        tmp_path,
+        *("sweep", "dln", "--problems", "3", "--samplers", "sgld", "--chains", "2"),
+        *("--step-sizes", "1e-7,1e-4", "--steps", "300", "--n", "20000", "--slots", "1"),
+        "--json",
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["progress"] == {"runs": 6, "done": 6, "by_status": {"completed": 6}}
+    by_step = {m["step_size"]: m for m in result["metrics"]}
+    for step_size, metric in by_step.items():
+        cells = [c for c in result["cells"] if c["step_size"] == step_size]
+        rel = [(c["llc"] - c["true"]) / c["true"] for c in cells if c["llc"] is not None]
+        if rel:
+            assert metric["relative_error_mean"] == pytest.approx(np.mean(rel))
+        nan = sum(c["nan_chains"] for c in cells) / sum(c["chains"] for c in cells)
+        assert metric["nan_fraction"] == pytest.approx(nan)
+    stable, wild = by_step[1e-7], by_step[1e-4]
+    assert stable["nan_fraction"] == 0
+    assert wild["nan_fraction"] > 0 or wild["relative_error_mean"] > stable["relative_error_mean"]
+    shown = cli(tmp_path, "sweep", "show", result["sweep_id"], "--json")
+    assert json.loads(shown.stdout)["metrics"] == result["metrics"]
+
+
+def test_sweep_refuses_a_class_over_the_memory_budget(tmp_path):
+    out = cli(
+        tmp_path,
+        *("sweep", "dln", "--class", "100K", "--problems", "1", "--samplers", "sgld"),
+        *("--step-sizes", "1e-8", "--n", "1000", "--submit-only"),
+    )
+    assert out.returncode == 0, out.stderr  # fits the default budget
+    small = {"BASIN_MEMORY_BUDGET": str(2**20)}
+    import os
+
+    os.environ.update(small)
+    try:
+        out = cli(
+            tmp_path,
+            *("sweep", "dln", "--class", "100K", "--problems", "1", "--samplers", "sgld"),
+            *("--step-sizes", "1e-8", "--n", "1000", "--submit-only"),
+        )
+    finally:
+        os.environ.pop("BASIN_MEMORY_BUDGET")
+    assert out.returncode == 2 and "memory" in out.stderr and "MiB" in out.stderr
+
+
+def test_order_preservation_counts_pairs():
+    from jobs.sweep import order_preservation
+
+    true = np.array([1.0, 2.0, 3.0, 4.0])
+    assert order_preservation(true, np.array([1.1, 2.5, 2.4, 5.0])) == pytest.approx(5 / 6)
+    assert order_preservation(true, np.array([1.0, np.nan, 3.0, 4.0])) == 1.0
+
+
+@pytest.mark.slow
+def test_calibration_sweep_recommends_the_largest_stable_step(tmp_path):
+    # K = w1^2 w2^4 (lambda 1/4 < d/2 = 1), n = 1000: SGLD's stability limit on the regular
+    # direction is eps < 2 / (2 n) = 1e-3, so 3e-3 must be flagged (NaN or spikes).
+    out = cli(
+        tmp_path,
+        *("sweep", "calibrate", "--target", "normal-crossing", "--target-param", "k=[1,2]"),
+        *("--target-param", "n=1000", "--sampler", "sgld", "--chains", "64"),
+        *("--steps", "4000", "--burn-in", "1000", "--step-sizes", "1e-5,1e-4,1e-3,3e-3"),
+        *("--nbetas", "1,2", "--slots", "1", "--json"),
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    cells = {(c["step_size"], c["nbeta"]): c for c in result["cells"]}
+    assert len(cells) == 8
+    assert not cells[(3e-3, 1.0)]["stable"] and not cells[(3e-3, 2.0)]["stable"]
+    assert {"nan", "spikes"} & set(cells[(3e-3, 1.0)]["flags"])
+    for nbeta in ("1.0", "2.0"):
+        stable = [
+            c["step_size"] for c in result["cells"] if c["stable"] and c["nbeta"] == float(nbeta)
+        ]
+        assert stable and result["recommended"][nbeta] == max(stable)
+        for c in result["cells"]:  # every flag follows from the cell's own numbers
+            if c["nbeta"] == float(nbeta) and c["llc"] is not None and c["llc"] > 1:
+                assert "out_of_range" in c["flags"]
+    curve = cells[(1e-4, 1.0)]["curve"]
+    assert len(curve["step"]) == len(curve["llc"]) > 10
+    assert curve["llc"][-1] == pytest.approx(cells[(1e-4, 1.0)]["llc"], rel=1e-6)
