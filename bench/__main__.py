@@ -4,6 +4,8 @@
     python -m bench engine [--repeats 5] [--steps 500] [--quick] [--device auto|cpu|cuda]
                            [--chains 64,4096] [--no-record]
     python -m bench jobs [--repeats 5] [--thin 1,10] [--no-record]
+    python -m bench setup-devinterp         # bench/.devinterp-venv with devinterp 1.3.2
+    python -m bench llc [--repeats 5] [--quick] [--no-record]
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately (Basin, peer,
 Basin, peer, ...) ``--repeats`` times, prints the median chain-steps per second of each side and
@@ -192,6 +194,58 @@ def jobs(args: argparse.Namespace) -> None:
     print(f"recorded in {RESULTS}")
 
 
+def llc_bench(args: argparse.Namespace) -> None:
+    from . import llc as bench_llc  # imports torch
+
+    results = bench_llc.run(args.repeats, args.quick)
+    if args.no_record or args.quick:
+        return
+    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    rows = []
+    for name in ("normal-crossing", "dln"):
+        r = results[name]
+        warm = statistics.median(r["basin_warm_s"])
+        peer = r["devinterp"] or {}
+        peer_s = peer.get("seconds")
+        b = r["basin"]
+        peer_llc = f"{fmt(peer['llc_mean'], 4)} +- {fmt(peer['llc_std'], 2)}" if peer else "-"
+        if peer.get("llc_mean_full_init") is not None:
+            peer_llc += f" (full-data baseline: {fmt(peer['llc_mean_full_init'], 4)})"
+        rows.append(
+            f"| {name} | {r['true']:g} | {fmt(b['mean'], 4)} +- {fmt(b['std'], 2)} | "
+            f"{peer_llc} | {r['basin_cold_s']:.2f} | {warm:.3f} | {fmt(peer_s, 4)} | "
+            f"{fmt(peer_s / r['basin_cold_s'] if peer_s else None)} | "
+            f"{fmt(peer_s / warm if peer_s else None)} |"
+        )
+    cost = results["step_cost"]
+    block = [
+        f"## {stamp}: LLC, Basin vs devinterp 1.3.2",
+        "",
+        f"`python -m bench {shlex.join(sys.argv[1:])}`. Basin: median of {args.repeats} warm "
+        "repeats after one cold run (compile included); devinterp: one run per case (its "
+        "estimator call). LLC: mean +- SD over chains. Goal (issue 5): devinterp / Basin >= 200 "
+        "on normal-crossing at equal or better accuracy; 100K-class DLN step <= 1.2 x a bare "
+        "forward + backward.",
+        "",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
+        f"{platform.python_version()}; torch {__import__('torch').__version__}, float32.",
+        "",
+        "| task | true LLC | Basin LLC | devinterp LLC | Basin cold s | Basin warm s "
+        "| devinterp s | devinterp / Basin cold | devinterp / Basin warm |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        f"100K-class DLN (widths {cost['widths']}, d = {cost['dim']}), one chain, batch 500, "
+        f"ms per step: bare forward + backward {cost['bare'] * 1e3:.2f}, Basin SGLD eager "
+        f"{cost['eager'] * 1e3:.2f} ({cost['eager'] / cost['bare']:.2f}x), compiled "
+        f"{cost['compiled'] * 1e3:.2f} ({cost['compiled'] / cost['bare']:.2f}x).",
+        "",
+    ]
+    with RESULTS.open("a") as f:
+        f.write("\n".join(block) + "\n")
+    print(f"recorded in {RESULTS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -210,9 +264,20 @@ def main() -> None:
     overhead.add_argument("--repeats", type=int, default=5)
     overhead.add_argument("--thin", default="1,10", help="thinning values to measure")
     overhead.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    sub.add_parser("setup-devinterp", help="create bench/.devinterp-venv with devinterp 1.3.2")
+    llc = sub.add_parser("llc", help="LLC estimates, Basin vs devinterp 1.3.2")
+    llc.add_argument("--repeats", type=int, default=5)
+    llc.add_argument("--quick", action="store_true", help="500 steps, nothing recorded")
+    llc.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args()
     if args.command == "setup-peer":
         setup_peer(args.cuda)
+    elif args.command == "setup-devinterp":
+        from .peer_devinterp import setup_devinterp
+
+        setup_devinterp()
+    elif args.command == "llc":
+        llc_bench(args)
     elif args.command == "jobs":
         jobs(args)
     else:
