@@ -219,6 +219,7 @@ def llc_bench(args: argparse.Namespace) -> None:
         )
     cost = results["step_cost"]
     block = [
+        "",
         f"## {stamp}: LLC, Basin vs devinterp 1.3.2",
         "",
         f"`python -m bench {shlex.join(sys.argv[1:])}`. Basin: median of {args.repeats} warm "
