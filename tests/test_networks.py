@@ -328,9 +328,18 @@ def test_tiny_size_class_depths_and_widths():
     for seed in range(3):
         target = landscapes.make("dln", device="cpu", dtype="float64", n=10, seed=seed)
         assert 2 <= len(target.widths) - 1 <= 4 and all(3 <= h <= 10 for h in target.widths)
+
         assert list(target.layout.values()) == [
             (target.widths[l + 1], target.widths[l]) for l in range(len(target.widths) - 1)
         ]
+
+
+def test_small_size_class_ranges():
+    # small: M in [2, 5], H in [5, 20] (reference 000, section 7), inclusive, every value drawn.
+    g = torch.Generator().manual_seed(1)
+    draws = [networks.dln_truth(None, None, "small", g)[0] for _ in range(400)]
+    assert {len(w) - 1 for w in draws} == {2, 3, 4, 5}
+    assert {h for w in draws for h in w} == set(range(5, 21))
 
 
 def test_rank_reduction_happens_with_probability_one_half():
