@@ -152,14 +152,7 @@ class LLCObserver:
         stuck = state.diverged
         distance = torch.linalg.vector_norm(state.position - state.center, dim=-1).double()
         accept = llc.sgld_acceptance(
-            self.target,
-            state.position,
-            state.center,
-            self.nbeta,
-            self.gamma,
-            self.eps,
-            self.probe,
-            self.eval_batch,
+            self.kernel, state, self.target, self.probe, self.eval_batch
         ).double()
         row = {
             "step": np.asarray([done - 1]),

@@ -27,7 +27,8 @@ from torch import Tensor
 
 from landscapes import ParamError, Target
 
-from .mcmc import log_q
+from .base import Kernel, State
+from .mcmc import mala_log_ratio
 
 
 def default_nbeta(n: int | None) -> float:
@@ -122,42 +123,27 @@ def wbic(mean_loss: float | None, n: int | None, nbeta: float) -> float | None:
 # Device-side probes.
 
 
-def energy(target: Target, w: Tensor, center: Tensor, nbeta: float, gamma: float, batch=None):
-    """U = nbeta L + (gamma/2)|w - center|^2 + prior, and grad U, per chain."""
-    loss, grad = target.loss_and_grad(w, batch)
-    diff = w - center
-    value = nbeta * loss + 0.5 * gamma * (diff * diff).sum(-1) + target.prior_energy(w)
-    return value, nbeta * grad + gamma * diff + target.prior_grad(w)
-
-
 def mala_acceptance(
     w: Tensor, w_new: Tensor, u: Tensor, u_new: Tensor, grad: Tensor, grad_new: Tensor, eps: float
 ) -> Tensor:
-    """[C] min(1, exp(U(w) - U(w') + log q(w | w') - log q(w' | w))) for the Langevin proposal
-    w -> w' of step ``eps``: the probability MALA would accept it (NaN-safe: 0)."""
-    log_ratio = u - u_new + log_q(w, w_new, grad_new, eps) - log_q(w_new, w, grad, eps)
-    ratio = torch.exp(torch.clamp(log_ratio, max=0.0))
+    """[C] min(1, exp(MALA's log ratio)) for the Langevin proposal w -> w' of step ``eps``: the
+    probability MALA would accept it (NaN-safe: 0)."""
+    ratio = torch.exp(torch.clamp(mala_log_ratio(w, w_new, u, u_new, grad, grad_new, eps), max=0))
     return torch.nan_to_num(ratio, nan=0.0)
 
 
 def sgld_acceptance(
-    target: Target,
-    w: Tensor,
-    center: Tensor,
-    nbeta: float,
-    gamma: float,
-    eps: float,
-    generator: torch.Generator,
-    batch=None,
+    kernel: Kernel, state: State, target: Target, generator: torch.Generator, batch=None
 ) -> Tensor:
-    """[C] the MALA acceptance probability of one fresh SGLD proposal from each chain's ``w``,
-    on the energy of ``batch`` (the full data when None): a step-size diagnostic; near 1 means
-    the discretisation barely biases the chain, low values mean the step is too large."""
-    u, grad = energy(target, w, center, nbeta, gamma, batch)
+    """[C] the MALA acceptance probability of one fresh SGLD proposal (the kernel's step size,
+    its U) from each chain's position, on ``batch`` (the full data when None): a step-size
+    diagnostic; near 1 the discretisation barely biases the chains, low means the step is large."""
+    eps, w = float(kernel.params["step_size"]), state.position
+    e = kernel.energy(w, state, target, batch)
     noise = torch.randn(w.shape, generator=generator, device=w.device, dtype=w.dtype)
-    proposal = w - 0.5 * eps * grad + math.sqrt(eps) * noise
-    u_new, grad_new = energy(target, proposal, center, nbeta, gamma, batch)
-    return mala_acceptance(w, proposal, u, u_new, grad, grad_new, eps)
+    proposal = w - 0.5 * eps * e.grad + math.sqrt(eps) * noise
+    new = kernel.energy(proposal, state, target, batch)
+    return mala_acceptance(w, proposal, e.value, new.value, e.grad, new.grad, eps)
 
 
 def gradient_noise_ratio(

@@ -56,6 +56,13 @@ def log_q(to: Tensor, frm: Tensor, grad_frm: Tensor, eps: float) -> Tensor:
     return -(r * r).sum(-1) / (2 * eps)
 
 
+def mala_log_ratio(
+    w: Tensor, proposal: Tensor, u: Tensor, u_new: Tensor, grad: Tensor, grad_new: Tensor, eps
+) -> Tensor:
+    """log of MALA's acceptance ratio for the Langevin move w -> proposal of step ``eps``."""
+    return u - u_new + log_q(w, proposal, grad_new, eps) - log_q(proposal, w, grad, eps)
+
+
 class MALA(MHKernel):
     """w' = w - (eps/2) grad U(w) + sqrt(eps) eta, accepted with
     min(1, exp(U(w) - U(w') + log q(w | w') - log q(w' | w)))."""
@@ -66,12 +73,7 @@ class MALA(MHKernel):
         eps, w, grad = self.step_size, state.position, state.aux["grad"]
         proposal = w - 0.5 * eps * grad + math.sqrt(eps) * normal(generator, w)
         e = self.energy(proposal, state, target, None)
-        log_ratio = (
-            state.aux["U"]
-            - e.value
-            + log_q(w, proposal, e.grad, eps)
-            - log_q(proposal, w, grad, eps)
-        )
+        log_ratio = mala_log_ratio(w, proposal, state.aux["U"], e.value, grad, e.grad, eps)
         return self.settle(state, proposal, e, log_ratio, generator)
 
 

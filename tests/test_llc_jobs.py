@@ -123,25 +123,13 @@ def test_dln_sweep_metrics_follow_from_its_runs(tmp_path):
     assert json.loads(shown.stdout)["metrics"] == result["metrics"]
 
 
-def test_sweep_refuses_a_class_over_the_memory_budget(tmp_path):
-    out = cli(
-        tmp_path,
-        *("sweep", "dln", "--class", "100K", "--problems", "1", "--samplers", "sgld"),
-        *("--step-sizes", "1e-8", "--n", "1000", "--submit-only"),
-    )
+def test_sweep_refuses_a_class_over_the_memory_budget(tmp_path, monkeypatch):
+    args = ["sweep", "dln", "--class", "100K", "--problems", "1", "--samplers", "sgld"]
+    args += ["--step-sizes", "1e-8", "--n", "1000", "--submit-only"]
+    out = cli(tmp_path, *args)
     assert out.returncode == 0, out.stderr  # fits the default budget
-    small = {"BASIN_MEMORY_BUDGET": str(2**20)}
-    import os
-
-    os.environ.update(small)
-    try:
-        out = cli(
-            tmp_path,
-            *("sweep", "dln", "--class", "100K", "--problems", "1", "--samplers", "sgld"),
-            *("--step-sizes", "1e-8", "--n", "1000", "--submit-only"),
-        )
-    finally:
-        os.environ.pop("BASIN_MEMORY_BUDGET")
+    monkeypatch.setenv("BASIN_MEMORY_BUDGET", str(2**20))  # cli passes os.environ on
+    out = cli(tmp_path, *args)
     assert out.returncode == 2 and "memory" in out.stderr and "MiB" in out.stderr
 
 
