@@ -12,6 +12,8 @@
     python -m jobs sweep calibrate --target dln ... --sampler sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --nbetas 100,1000 --json  # step size x nbeta grid
     python -m jobs sweep show ID [--json] | sweep list | sweep delete ID
+    python -m jobs surface ID --directions pca|random|hessian --components 1,2 --grid 41 \\
+        --range R --out PATH.npz --json          # the loss surface around a run's trajectory
 
 A bad spec exits with code 2 and one message naming the field. The store is $BASIN_HOME
 (default ./.basin).
@@ -313,6 +315,42 @@ def _print_sweep(result: dict, as_json: bool) -> int:
     return 0
 
 
+def cmd_surface(args: argparse.Namespace, store: Store) -> int:
+    from . import surface
+
+    options = {
+        "directions": args.directions,
+        "components": args.components.split(","),
+        "grid": args.grid,
+        "half_width": args.range,
+        "reference": args.reference,
+        "every": args.every,
+        "path_chains": args.path_chains,
+        "seed": args.seed,
+        "normalisation": args.normalisation,
+    }
+    if args.burn_in is not None:
+        options["burn_in"] = args.burn_in
+    out = surface.compute(store, args.id, device=args.device, dtype=args.dtype, **options)
+    if args.out:
+        surface.save(out, args.out)
+    facts = surface.summary(out)
+    if args.out:
+        facts["out"] = str(args.out)
+    if args.json:
+        print(json.dumps(_finite(facts)))
+        return 0
+    print(f"{facts['label0']} x {facts['label1']} around the {facts['reference']} point")
+    print(
+        f"grid {facts['grid']}x{facts['grid']} on [-{facts['range']:g}, {facts['range']:g}]^2: "
+        f"loss {facts['grid_min']:.6g} .. {facts['grid_max']:.6g}, "
+        f"centre {facts['centre_loss']:.6g}, {facts['nonfinite']} non-finite points"
+    )
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace, store: Store) -> int:
     from .worker import supervise
 
@@ -389,6 +427,32 @@ def main(argv: list[str] | None = None) -> int:
         if name == "show":
             k.add_argument("--json", action="store_true")
     kinds.add_parser("list")
+    surf = sub.add_parser("surface", help="the loss surface around a run's trajectory (TATi)")
+    surf.add_argument("id")
+    surf.add_argument("--directions", choices=("pca", "random", "hessian"), default="pca")
+    surf.add_argument("--components", default="1,2", help="1-based pair, e.g. 1,2 or 1,64")
+    surf.add_argument("--grid", type=int, default=41, help="odd points per axis")
+    surf.add_argument(
+        "--range",
+        type=float,
+        help="half-width R of [-R, R]^2 (default: the smallest 10^i that "
+        "holds the projected trajectory)",
+    )
+    surf.add_argument(
+        "--reference",
+        choices=("auto", "w0", "mean", "last", "best"),
+        default="auto",
+        help="theta*: the run's w0 when it has one, else the trajectory's lowest-loss point",
+    )
+    surf.add_argument("--every", type=int, help="overlay every k-th recorded draw")
+    surf.add_argument("--path-chains", dest="path_chains", type=int, default=8)
+    surf.add_argument("--burn-in", dest="burn_in", type=int, help="draws left out of the PCA")
+    surf.add_argument("--normalisation", choices=("auto", "filter", "unit"), default="auto")
+    surf.add_argument("--seed", type=int, default=0, help="random directions' seed")
+    surf.add_argument("--device", default="auto")
+    surf.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    surf.add_argument("--out", help="write the arrays to this .npz")
+    surf.add_argument("--json", action="store_true")
     worker = sub.add_parser("worker")
     worker.add_argument("--slots", type=int, help="runs at once (default: one per GPU, or cores/2)")
     worker.add_argument("--once", action="store_true", help="exit when the queue is empty")

@@ -349,6 +349,18 @@ class Target(ABC):
         return f"<{type(self).__name__} {self.name} dim={self.dim} n={self.n}>"
 
 
+def full_loss(target: Target, w: Tensor, chunk: int = 65536) -> Tensor:
+    """[C] the loss on all n points, in chunks of points so memory stays bounded (the mean
+    per-sample loss for networks; the energy for potentials, which have no data)."""
+    if target.n is None or target.n <= chunk:
+        return target.loss(w)
+    total = w.new_zeros(w.shape[0])
+    for start in range(0, target.n, chunk):
+        index = torch.arange(start, min(start + chunk, target.n), device=w.device)
+        total += target.loss(w, target.batch(index)) * len(index)
+    return total / target.n
+
+
 def as_tuple(value: float | Sequence[float], length: int, field_name: str) -> tuple[float, ...]:
     """Broadcast a scalar or a length-1 list to ``length``; refuse other lengths."""
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from landscapes import ParamError, Target
+from landscapes.base import full_loss
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
@@ -48,17 +49,6 @@ def random_init(target: Target, generator: torch.Generator) -> Tensor:
         )
         parts.append((2 * u - 1) / math.sqrt(fan_in))
     return torch.cat(parts)
-
-
-def full_loss(target: Target, w: Tensor, chunk: int = 65536) -> Tensor:
-    """[C] the loss on all n points, in chunks of points so memory stays bounded."""
-    if target.n is None or target.n <= chunk:
-        return target.loss(w)
-    total = w.new_zeros(w.shape[0])
-    for start in range(0, target.n, chunk):
-        index = torch.arange(start, min(start + chunk, target.n), device=w.device)
-        total += target.loss(w, target.batch(index)) * len(index)
-    return total / target.n
 
 
 def train(
