@@ -104,14 +104,18 @@ def execute(
             stopped = True
             break
         n = min(block, spec.steps - done)
-        record = basis if basis is not None else est.positions == "all"
+        # Full positions when snapshots are due (projected in ``keep``), else what is recorded.
+        record = (
+            True
+            if records.snapshot_every
+            else (basis if basis is not None else est.positions == "all")
+        )
         fused = kernel.fusable
         state, info = kernel.run(state, target, generator, n, fused=fused, positions=record)
         records.keep(done, info)
         for observer in observers.values():
             observer.block(done, info)
         done += n
-        records.snapshot(done - 1, state.position)
         if spec.flush_every or time.perf_counter() - last_flush >= FLUSH_SECONDS:
             records.flush()
             for observer in observers.values():
@@ -159,6 +163,7 @@ class Records:
         self.records = 0  # records appended so far
         self.snapshots: list[torch.Tensor] = []  # on the device until a flush
         self.snapshot_steps: list[int] = []
+        self.saved = 0  # snapshots in the Store
         # Full positions for the PCA of large models: at most record.snapshots of them.
         wanted = spec.record.snapshots if basis is not None else 0
         self.snapshot_every = math.ceil(est.records / wanted) if wanted else 0
@@ -173,21 +178,25 @@ class Records:
         kept = {"step": rows + first_step, "loss": info.loss[rows], "diverged": info.diverged[rows]}
         if self.mh:
             kept["accepted"] = info.accepted[rows]
-        if info.position is not None:  # already projected on the basis when d > 64
-            kept["position"] = info.position[rows]
+        if info.position is not None:
+            position = info.position[rows]
+            if self.snapshot_every:  # full positions: keep the due snapshots, record the projection
+                self.snapshot(steps, position)
+                position = position @ self.basis
+            kept["position"] = position
         for name, value in info.scalars.items():  # kinetic energy, thermostat, ...
             kept[name] = value[rows]
         self.pending.append(kept)
 
-    def snapshot(self, step: int, position: torch.Tensor) -> None:
-        """Keep the full position at the end of a block once every ``snapshot_every`` records
-        (blocks end where they end, so a snapshot's step is recorded beside it)."""
-        if not self.snapshot_every:
-            return
-        due = (step // self.spec.thin) // self.snapshot_every  # snapshot slots reached so far
-        if due >= len(self.snapshots) and len(self.snapshots) < self.spec.record.snapshots:
-            self.snapshots.append(position.clone())
-            self.snapshot_steps.append(step)
+    def snapshot(self, steps: range, position: torch.Tensor) -> None:
+        """Keep the full positions of every ``snapshot_every``-th record (evenly spaced, the
+        first record included), at most ``record.snapshots`` of them."""
+        for row, step in enumerate(steps):
+            if len(self.snapshots) >= self.spec.record.snapshots:
+                return
+            if (step // self.spec.thin) % self.snapshot_every == 0:
+                self.snapshots.append(position[row].clone())
+                self.snapshot_steps.append(step)
 
     def flush(self) -> None:
         if not self.pending:
@@ -199,7 +208,8 @@ class Records:
         self.pending = []
         self.store.append(self.run_id, self.records, arrays)
         self.records += len(arrays["step"])
-        if self.snapshots:
+        if len(self.snapshots) > self.saved:  # rewritten only when new snapshots came in
+            self.saved = len(self.snapshots)
             snapshots = torch.stack(self.snapshots).cpu().numpy()
             self.store.put_array(self.run_id, "snapshots", snapshots)
             self.store.put_array(self.run_id, "snapshot_steps", np.asarray(self.snapshot_steps))

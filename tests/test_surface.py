@@ -1,0 +1,312 @@
+"""Loss-landscape surfaces: grid, chunking, PCA directions, projection, filter normalisation,
+Hessian eigenvectors, and ``python -m jobs surface`` on stored runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from test_jobs import cli
+
+import landscapes
+from jobs.__main__ import main
+from jobs.run import execute
+from jobs.spec import parse_spec
+from jobs.store import Store
+from landscapes import ParamError, Target
+from landscapes import surface as S
+from landscapes.base import full_loss
+
+
+def mlp():
+    return landscapes.make("mlp", hidden_sizes=(8,), device="cpu", dtype="float64")
+
+
+def test_grid_centre_is_the_reference_loss_and_chunks_do_not_change_the_grid():
+    target = mlp()
+    theta = target.initial(torch.Generator().manual_seed(0), 1)[0].numpy()
+    vectors = S.random_directions(target, theta, seed=1).vectors
+    c = S.coordinates(9, 0.5)
+    assert c[4] == 0.0 and c[0] == -0.5 and c[-1] == 0.5
+    one = S.grid_losses(target, theta, vectors, c, c, chunk=1)
+    some = S.grid_losses(target, theta, vectors, c, c, chunk=7)
+    all_at_once = S.grid_losses(target, theta, vectors, c, c, chunk=81)
+    assert one.shape == (9, 9)
+    np.testing.assert_allclose(some, one, rtol=1e-13)
+    np.testing.assert_allclose(all_at_once, one, rtol=1e-13)
+    reference = float(full_loss(target, torch.from_numpy(theta)[None])[0])
+    assert one[4, 4] == pytest.approx(reference, rel=1e-13)
+    # loss[i, j] is at (c0[i], c1[j]): an asymmetric point, evaluated on its own
+    point = torch.from_numpy(theta + c[1] * vectors[0] + c[6] * vectors[1])[None]
+    assert one[1, 6] == pytest.approx(float(target.loss(point)[0]), rel=1e-13)
+
+
+def gaussian_trajectory(eigenvalues, d, chains, draws, seed):
+    rng = np.random.default_rng(seed)
+    axes = np.linalg.qr(rng.standard_normal((d, d)))[0].T  # rows: the principal axes
+    z = rng.standard_normal((chains, draws, len(eigenvalues))) * np.sqrt(eigenvalues)
+    return z @ axes[: len(eigenvalues)] + 3.0, axes
+
+
+@pytest.mark.parametrize("method", ["exact", "randomized", "incremental"])
+def test_pca_finds_the_known_axes_and_spectrum_of_a_gaussian(method):
+    lam = np.array([16.0, 8.0, 4.0, 2.0, 1.0, 0.5])
+    points, axes = gaussian_trajectory(lam, 6, 8, 2500, seed=3)
+    n = points.shape[0] * points.shape[1]
+    result = S.pca(points, k=4, method=method)
+    v = result.components
+    np.testing.assert_allclose(v @ v.T, np.eye(4), atol=1e-10)
+    # Sample eigenvalues have SE lam sqrt(2 / n); ratios inherit it (the total is sharper).
+    ratio = lam / lam.sum()
+    error = np.abs(result.explained_variance_ratio - ratio[:4])
+    assert np.all(error < 5 * math.sqrt(2 / n) * ratio[:4]), error
+    assert np.all(np.diff(result.explained_variance_ratio) < 0)
+    for j in range(4):
+        # Eigenvector angle SD: sqrt(sum_k lam_j lam_k / (n (lam_j - lam_k)^2)) (Anderson 1963).
+        others = np.delete(lam, j)
+        sd = math.sqrt(np.sum(lam[j] * others / (n * (lam[j] - others) ** 2)))
+        angle = math.acos(min(1.0, abs(v[j] @ axes[j])))
+        assert angle < 5 * sd, (j, angle, sd)
+
+
+def test_randomized_pca_of_a_wide_trajectory_matches_the_exact_svd():
+    # d >> points, as in a network's snapshots: a few strong directions over isotropic noise.
+    lam = np.array([50.0, 20.0, 10.0, 5.0])
+    signal, _ = gaussian_trajectory(lam, 3000, 4, 100, seed=4)
+    points = signal + 0.05 * np.random.default_rng(5).standard_normal(signal.shape)
+    exact = S.pca(points, k=10, method="exact")
+    fast = S.pca(points, k=10, method="randomized")
+    np.testing.assert_allclose(
+        fast.explained_variance_ratio[:4], exact.explained_variance_ratio[:4], rtol=1e-6
+    )
+    overlaps = np.abs(np.sum(fast.components[:4] * exact.components[:4], axis=1))
+    assert np.all(overlaps > 1 - 1e-8)
+
+
+def test_the_projection_of_a_plane_point_is_its_coordinates():
+    target = mlp()
+    theta = target.initial(torch.Generator().manual_seed(0), 1)[0].numpy()
+    points, _ = gaussian_trajectory(np.ones(5), target.dim, 1, 50, seed=6)
+    orthonormal = S.pca_directions(S.pca(points, k=5), (1, 3)).vectors
+    skewed = S.random_directions(target, theta, seed=2).vectors  # neither unit nor orthogonal
+    assert abs(skewed[0] @ skewed[1]) > 1e-3 and abs(np.linalg.norm(skewed[0]) - 1) > 1e-3
+    for vectors in (orthonormal, skewed):
+        ab = np.array([[0.3, -1.7], [2.0, 0.0], [0.0, 0.0]])
+        on_plane = theta + ab @ vectors
+        coords, off = S.project(on_plane, theta, vectors)
+        np.testing.assert_allclose(coords, ab, atol=1e-10)
+        np.testing.assert_allclose(off, 0.0, atol=1e-9)
+        # a step u orthogonal to the plane moves the point |u| off it and not along it
+        u = np.random.default_rng(7).standard_normal(target.dim)
+        u -= vectors.T @ np.linalg.solve(vectors @ vectors.T, vectors @ u)
+        coords, off = S.project(on_plane[0] + u, theta, vectors)
+        np.testing.assert_allclose(coords, ab[0], atol=1e-10)
+        assert off == pytest.approx(np.linalg.norm(u), rel=1e-10)
+
+
+def test_filter_normalisation_gives_each_filter_the_norm_of_the_reference_filter():
+    target = mlp()
+    theta = target.initial(torch.Generator().manual_seed(0), 1)[0].numpy()
+    dirs = S.random_directions(target, theta, seed=3)
+    assert dirs.meta["normalisation"] == "filter"
+    for vector in dirs.vectors:
+        i = 0
+        for name, shape in target.layout.items():
+            size = math.prod(shape)
+            part, ref = vector[i : i + size], theta[i : i + size]
+            if name.endswith("bias"):
+                assert np.all(part == 0)  # Li et al. leave biases out
+            else:
+                np.testing.assert_allclose(
+                    np.linalg.norm(part.reshape(shape), axis=1),
+                    np.linalg.norm(ref.reshape(shape), axis=1),
+                    rtol=1e-12,
+                )
+            i += size
+    # potentials have no filters: two orthonormal random directions
+    banana = landscapes.make("banana", device="cpu", dtype="float64")
+    unit = S.random_directions(banana, np.zeros(2), seed=0).vectors
+    np.testing.assert_allclose(unit @ unit.T, np.eye(2), atol=1e-12)
+
+
+class Quadratic(Target):
+    """L(w) = w^T A w / 2: its Hessian is A everywhere."""
+
+    def __init__(self, a: np.ndarray):
+        self.name, self.dim, self.layout = "quadratic", len(a), {"w": (len(a),)}
+        self.a = torch.from_numpy(a)
+        self.dtype = torch.float64
+
+    def _loss(self, w, batch):
+        return 0.5 * torch.einsum("ci,ij,cj->c", w, self.a, w)
+
+
+@pytest.mark.parametrize("method", ["lanczos", "dense"])
+def test_hessian_eigenvectors_of_a_quadratic_match_numpy_eigh(method):
+    rng = np.random.default_rng(8)
+    q = np.linalg.qr(rng.standard_normal((40, 40)))[0]
+    a = q @ np.diag(np.linspace(-2.0, 10.0, 40)) @ q.T
+    values, vectors = S.hessian_eigen(Quadratic(a), rng.standard_normal(40), k=3, method=method)
+    want_values, want_vectors = np.linalg.eigh(a)
+    np.testing.assert_allclose(values, want_values[::-1][:3], rtol=1e-8)
+    overlaps = np.abs(np.sum(vectors * want_vectors[:, ::-1][:, :3].T, axis=1))
+    np.testing.assert_allclose(overlaps, 1.0, atol=1e-8)
+
+
+def test_hessian_vector_products_of_a_network_match_torch_autograd():
+    target = landscapes.make(
+        "mlp", hidden_sizes=(3,), dataset="two-clusters", n=200, device="cpu", dtype="float64"
+    )
+    theta = target.initial(torch.Generator().manual_seed(1), 1)[0]
+    hessian = torch.autograd.functional.hessian(lambda w: target.loss(w[None])[0], theta)
+    v = torch.randn(4, target.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(S.hvp(target, theta, v), v @ hessian.T, rtol=1e-10, atol=1e-12)
+
+
+def banana_run(home, **spec) -> str:
+    spec = {
+        "target": {"name": "banana"},
+        "sampler": {"name": "mala", "params": {"step_size": 0.1}},
+        "chains": 6,
+        "steps": 600,
+        "burn_in": 100,
+        **spec,
+    }
+    store = Store(home)
+    run_id = store.create(parse_spec(spec).model_dump(mode="json"))
+    execute(parse_spec(spec), store, run_id)
+    return run_id
+
+
+def surface_json(monkeypatch, capsys, home, *args) -> tuple[int, dict | str]:
+    monkeypatch.setenv("BASIN_HOME", str(home))
+    code = main(["surface", *args])
+    out = capsys.readouterr()
+    return code, (json.loads(out.out) if code == 0 and "--json" in args else out.err)
+
+
+def test_cli_surface_of_a_potential_run(tmp_path, monkeypatch, capsys):
+    run_id = banana_run(tmp_path)
+    path = tmp_path / "s.npz"
+    code, facts = surface_json(
+        monkeypatch,
+        capsys,
+        tmp_path,
+        run_id,
+        "--grid",
+        "21",
+        "--range",
+        "3",
+        "--out",
+        str(path),
+        "--json",
+    )
+    assert code == 0
+    assert facts["centre_loss"] == pytest.approx(facts["reference_loss"], rel=1e-12)
+    assert facts["grid_min"] <= facts["centre_loss"] <= facts["grid_max"]
+    ratio = facts["explained_variance_ratio"]
+    assert len(ratio) == 2 and ratio[0] >= ratio[1] > 0 and sum(ratio) == pytest.approx(1.0)
+    assert facts["reference"] == "best" and facts["source"] == "records"
+    s = np.load(path)
+    assert s["loss"].shape == (21, 21) and s["c0"].shape == (21,) and s["c0"][-1] == 3.0
+    chains, points, _ = s["path"].shape
+    assert (
+        chains == 6
+        and s["path_loss"].shape == (chains, points)
+        and s["path_step"].shape == (points,)
+    )
+    # the path's coordinates are the recorded positions' projections, its loss their true loss
+    store = Store(tmp_path)
+    positions = store.read(run_id)["position"]  # [draws, chains, 2]
+    steps = list(store.read(run_id)["step"])
+    last = positions[steps.index(int(s["path_step"][-1])), 0]
+    v, theta = s["directions"], s["theta"]
+    assert s["path"][0, -1] == pytest.approx(v @ (last - theta), abs=1e-6)  # orthonormal PCs
+    banana = landscapes.make("banana", device="cpu", dtype="float64")
+    assert s["path_loss"][0, -1] == pytest.approx(
+        float(banana.loss(torch.from_numpy(last.astype(np.float64))[None])[0]), rel=1e-10
+    )
+    # the best reference point is the lowest path point: nothing on the path is lower
+    assert facts["reference_loss"] == pytest.approx(np.nanmin(s["path_loss"]))
+    # Hessian directions of a 2-D potential: its two eigenvectors, orthonormal
+    code, facts = surface_json(
+        monkeypatch, capsys, tmp_path, run_id, "--directions", "hessian", "--grid", "5", "--json"
+    )
+    assert (
+        code == 0
+        and facts["directions"] == "hessian"
+        and facts["direction_values"][0] >= facts["direction_values"][1]
+    )
+
+
+def test_cli_surface_of_an_llc_network_run_uses_its_snapshots_and_w0(tmp_path):
+    run = cli(
+        tmp_path,
+        "run",
+        *("--target", "mlp", "--target-param", "hidden_sizes=[8]", "--sampler", "sgld"),
+        *("--param", "step_size=1e-4", "--param", "batch_size=64", "--chains", "3"),
+        *("--steps", "300", "--observe", "llc", "--train-steps", "300", "--json"),
+    )
+    assert run.returncode == 0, run.stderr
+    run_id = json.loads(run.stdout)["run_id"]
+    out = cli(
+        tmp_path,
+        "surface",
+        run_id,
+        "--components",
+        "1,5",
+        "--grid",
+        "11",
+        "--out",
+        str(tmp_path / "m.npz"),
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    facts = json.loads(out.stdout)
+    assert facts["source"] == "snapshots" and facts["reference"] == "w0"
+    w0 = Store(tmp_path).get_array(run_id, "w0")
+    target = landscapes.make("mlp", hidden_sizes=(8,), device="cpu", dtype="float64")
+    w0_loss = float(full_loss(target, torch.from_numpy(w0.astype(np.float64))[None])[0])
+    assert facts["reference_loss"] == pytest.approx(w0_loss, rel=1e-12)
+    assert facts["centre_loss"] == pytest.approx(w0_loss, rel=1e-12)
+    assert facts["components"] == [1, 5] and facts["label1"].startswith("PC5")
+    ratio = np.array(facts["explained_variance_ratio"])
+    assert np.all(np.diff(ratio) <= 0) and 0 < ratio.sum() <= 1 + 1e-9
+    s = np.load(tmp_path / "m.npz")
+    assert s["path"].shape[0] == 3 and s["directions"].shape == (2, target.dim)
+    # the range was chosen as the smallest 10^i domain holding the path
+    extent = np.abs(s["path"]).max()
+    assert extent * 1.1 <= facts["range"] < 10 * extent * 1.1
+
+
+def test_bad_surface_requests_exit_2_naming_the_field(tmp_path, monkeypatch, capsys):
+    run_id = banana_run(tmp_path, steps=50, burn_in=0, chains=2)
+    for args, field in [
+        (["--grid", "40"], "grid"),
+        (["--range", "-1"], "range"),
+        (["--components", "1,1"], "components"),
+        (["--components", "1,3"], "components"),  # a 2-D run has two principal components
+        (["--components", "a,b"], "components"),
+        (["--reference", "w0"], "reference"),  # banana has no w0
+        (["--every", "0"], "every"),
+    ]:
+        code, err = surface_json(monkeypatch, capsys, tmp_path, run_id, *args)
+        assert code == 2 and f"{field}:" in err, (args, err)
+    code, err = surface_json(monkeypatch, capsys, tmp_path, "no-such-run")
+    assert code == 2 and "no-such-run" in err
+
+
+def test_diverged_chains_and_overflowing_grid_points_are_contained():
+    target = landscapes.make("funnel", device="cpu", dtype="float64")
+    rng = np.random.default_rng(9)
+    traj = rng.standard_normal((3, 40, target.dim))
+    traj[1, 20:] = np.nan  # a chain that diverged half way
+    out = S.surface(target, traj, grid=11, half_width=1e4, reference="mean")
+    assert out["diverged_chains"] == 1 and out["path"].shape[0] == 2
+    assert 0 < out["nonfinite"] < 121  # exp(-v) overflows far out; the rest of the grid stands
+    assert math.isfinite(out["centre_loss"]) and math.isfinite(out["grid_min"])
+    with pytest.raises(ParamError, match="trajectory"):
+        S.surface(target, np.full((2, 5, target.dim), np.nan))
