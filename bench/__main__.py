@@ -6,6 +6,7 @@
     python -m bench jobs [--repeats 5] [--thin 1,10] [--no-record]
     python -m bench setup-devinterp         # bench/.devinterp-venv with devinterp 1.3.2
     python -m bench llc [--repeats 5] [--quick] [--no-record]
+    python -m bench surface [--repeats 5] [--quick] [--no-record]
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately (Basin, peer,
 Basin, peer, ...) ``--repeats`` times, prints the median chain-steps per second of each side and
@@ -247,6 +248,70 @@ def llc_bench(args: argparse.Namespace) -> None:
     print(f"recorded in {RESULTS}")
 
 
+def surface_bench(args: argparse.Namespace) -> None:
+    from . import surface as bench_surface  # imports torch
+
+    r = bench_surface.run(args.repeats, args.quick)
+    s = r["surface"]
+    sec, pot = s["seconds"], r["potential"]["seconds"]
+    print(json.dumps({k: v for k, v in r.items() if k != "pca"} | {"pca": r["pca"]}, indent=1))
+    if args.no_record or args.quick:
+        return
+    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    pca_rows = []
+    for method, runs in r["pca"].items():
+        first = runs[0]
+        ratio = ", ".join(f"{x:.4f}" for x in first["ratio"][:3])
+        pca_rows.append(
+            f"| {method} | {len(runs)} | {statistics.median(x['seconds'] for x in runs):.1f} | "
+            f"{max(x['rss_peak'] for x in runs) / 2**30:.2f} | "
+            f"{max(x['rss_peak'] - x['rss_before'] for x in runs) / 2**30:.2f} | {ratio} | "
+            f"{first['orthonormal_error']:.1e} |"
+        )
+    limit = ", ".join(f"{x:.4f}" for x in r["walk_ratio"][:3])
+    block = [
+        "",
+        f"## {stamp}: loss-landscape surfaces",
+        "",
+        f"`python -m bench {shlex.join(sys.argv[1:])}`. Goal (issue 6): the batched 41 x 41 "
+        "surface >= 10x faster than a per-point loop; the PCA of a 10^5-parameter, 2000-snapshot "
+        "trajectory within a 2-core, 24 GiB machine's memory, with no d x d matrix.",
+        "",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
+        f"{platform.python_version()}; torch {__import__('torch').__version__}, float32.",
+        "",
+        f"(a) Digits MLP 64-32-10 (d = {s['dim']}, full training split n = {s['n']}), 41 x 41 "
+        f"grid on filter-normalised random directions, median of {len(s['all_seconds']['batched'])}"
+        f" alternating repeats; Basin evaluates {s['chunk']} grid points per batched pass.",
+        "",
+        "| side | seconds | loop / batched | max rel. diff. from batched |",
+        "|---|---:|---:|---:|",
+        f"| Basin batched | {sec['batched']:.3f} | 1 | 0 |",
+        f"| loop, same target one point at a time | {sec['loop_target']:.3f} | "
+        f"{sec['loop_target'] / sec['batched']:.1f} | {s['max_rel_diff']['loop_target']:.1e} |",
+        f"| loop, nn.Sequential + vector_to_parameters (Li et al.) | {sec['loop_module']:.3f} | "
+        f"{sec['loop_module'] / sec['batched']:.1f} | {s['max_rel_diff']['loop_module']:.1e} |",
+        f"| banana (d = 2): Basin batched | {pot['batched']:.4f} | 1 | 0 |",
+        f"| banana (d = 2): loop, one point at a time | {pot['loop_target']:.4f} | "
+        f"{pot['loop_target'] / pot['batched']:.0f} | "
+        f"{r['potential']['max_rel_diff']['loop_target']:.1e} |",
+        "",
+        "(b) PCA of a Gaussian random walk, 2000 snapshots x d = 10^5 (float32, 0.75 GiB), "
+        "100 components; each run in a fresh process. Peak RSS is the process's whole peak "
+        "(torch, the data and the PCA); 'PCA extra' is the peak minus the RSS before the PCA. "
+        f"Exact d -> inf shares of PC1-3: {limit}.",
+        "",
+        "| method | runs | seconds (median) | peak RSS GiB | PCA extra GiB | PC1-3 share "
+        "| max abs(V V^T - I) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *pca_rows,
+        "",
+    ]
+    with RESULTS.open("a") as f:
+        f.write("\n".join(block) + "\n")
+    print(f"recorded in {RESULTS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -270,8 +335,14 @@ def main() -> None:
     llc.add_argument("--repeats", type=int, default=5)
     llc.add_argument("--quick", action="store_true", help="500 steps, nothing recorded")
     llc.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    surface = sub.add_parser("surface", help="batched surfaces vs per-point loops; a large PCA")
+    surface.add_argument("--repeats", type=int, default=5)
+    surface.add_argument("--quick", action="store_true", help="one repeat, nothing recorded")
+    surface.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args()
-    if args.command == "setup-peer":
+    if args.command == "surface":
+        surface_bench(args)
+    elif args.command == "setup-peer":
         setup_peer(args.cuda)
     elif args.command == "setup-devinterp":
         from .peer_devinterp import setup_devinterp

@@ -27,6 +27,8 @@ LN_EPS = float(np.log(np.finfo(np.float64).eps))
 PALETTE = tuple(c for c in qualitative.Plotly if c != "#EF553B")
 COLORSCALE = "Viridis"
 INNER_COLOR = "red"
+# Below the plot: on the right the chain names would cover the colour bar.
+LEGEND = {"orientation": "h", "yanchor": "top", "y": -0.08, "xanchor": "left", "x": 0}
 
 
 def scaled(loss, scale: str = "loss", lowest: float | None = None) -> np.ndarray:
@@ -113,6 +115,7 @@ def surface_figure(
     label0, label1 = _labels(s)
     fig.update_layout(
         title=title,
+        legend=LEGEND,
         scene={
             # The grid is the zoom domain: trajectories leaving it must not rescale the view.
             "xaxis": {"title": {"text": label0}, "range": _extent(c0)},
@@ -172,6 +175,7 @@ def contour_figure(
     label0, label1 = _labels(s)
     fig.update_layout(
         title=title,
+        legend={**LEGEND, "y": -0.15},  # below the x axis title
         xaxis={"title": {"text": label0}, "range": _extent(c0), "constrain": "domain"},
         yaxis={
             "title": {"text": label1},

@@ -310,3 +310,22 @@ def test_diverged_chains_and_overflowing_grid_points_are_contained():
     assert math.isfinite(out["centre_loss"]) and math.isfinite(out["grid_min"])
     with pytest.raises(ParamError, match="trajectory"):
         S.surface(target, np.full((2, 5, target.dim), np.nan))
+
+
+@pytest.mark.parametrize("name", sorted(landscapes.REGISTRY))
+def test_every_target_gets_a_surface_centred_on_its_reference(name):
+    target = landscapes.make(name, device="cpu", dtype="float64")
+    g = torch.Generator().manual_seed(0)
+    start = target.initial(g, 2).numpy()
+    steps = np.random.default_rng(0).standard_normal((2, 6, target.dim))
+    traj = start[:, None, :] + 0.01 * np.cumsum(steps, axis=1)
+    if target.dim < 2:
+        with pytest.raises(ParamError, match="d >= 2"):
+            S.surface(target, traj)
+        return
+    for directions in ("pca", "random"):
+        out = S.surface(target, traj, directions=directions, grid=3, reference="last")
+        assert out["centre_loss"] == pytest.approx(out["reference_loss"], rel=1e-12)
+        assert np.isfinite(out["reference_loss"]) and out["loss"].shape == (3, 3)
+        theta = torch.from_numpy(traj[0, -1])[None]
+        assert out["reference_loss"] == pytest.approx(float(full_loss(target, theta)[0]), rel=1e-12)
