@@ -36,9 +36,10 @@ COMPONENT_PRESETS = {
 EXACT_PCA_MAX = 1000  # min(points, d) up to which the PCA is a full SVD
 SPECTRUM = 100  # principal components reported at least (when the trajectory has them)
 DENSE_HESSIAN_MAX = 64  # d up to which the Hessian is formed from d HVPs and solved with eigh
-# Floats of parameters + activations per batch of grid points. On a CPU the batch should stay
-# in cache: a 41 x 41 digits-MLP grid takes 0.30 s in chunks of 32 points and 0.68 s in chunks of
-# 534 (measured, 2 cores). A GPU wants large batches, bounded by memory (~256 MB in float64).
+# Floats of parameters + activations per batch of grid points. On a CPU a batch that stays near
+# the cache is faster: a 41 x 41 digits-MLP grid took 0.36-0.43 s in chunks of 33-66 points and
+# 0.66 s in chunks of 534 (medians of alternating runs, 2 cores). A GPU wants large batches,
+# bounded by memory (~256 MB in float64).
 CHUNK_ELEMENTS = {"cpu": 2**21, "cuda": 2**25}
 DATA_CHUNK = 65536  # training points per forward pass (full_loss's chunk)
 
