@@ -37,15 +37,20 @@ def mlp_target(dtype: str = "float32"):
     return landscapes.make("mlp", dataset="digits", hidden_sizes=(32,), device="cpu", dtype=dtype)
 
 
-def loop_target(target, theta, vectors, c) -> np.ndarray:
+def loop(loss_at, target, theta, vectors, c) -> np.ndarray:
+    """The grid one point at a time: ``loss_at(point [d]) -> float`` at every (c[i], c[j])."""
     out = np.empty((len(c), len(c)))
     kw = {"dtype": target.dtype}
     t, v = torch.as_tensor(theta, **kw), torch.as_tensor(vectors, **kw)
     with torch.no_grad():
         for i, a in enumerate(c):
             for j, b in enumerate(c):
-                out[i, j] = float(target.loss((t + a * v[0] + b * v[1])[None])[0])
+                out[i, j] = loss_at(t + a * v[0] + b * v[1])
     return out
+
+
+def loop_target(target, theta, vectors, c) -> np.ndarray:
+    return loop(lambda w: float(target.loss(w[None])[0]), target, theta, vectors, c)
 
 
 def loop_module(target, theta, vectors, c) -> np.ndarray:
@@ -55,15 +60,12 @@ def loop_module(target, theta, vectors, c) -> np.ndarray:
     model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10)).to(target.dtype)
     # Basin's flat layout is (W0, b0, W1, b1), the same order as the module's parameters.
     x, y = target.x, target.y.reshape(-1)
-    out = np.empty((len(c), len(c)))
-    kw = {"dtype": target.dtype}
-    t, v = torch.as_tensor(theta, **kw), torch.as_tensor(vectors, **kw)
-    with torch.no_grad():
-        for i, a in enumerate(c):
-            for j, b in enumerate(c):
-                nn.utils.vector_to_parameters(t + a * v[0] + b * v[1], model.parameters())
-                out[i, j] = float(nn.functional.cross_entropy(model(x), y))
-    return out
+
+    def loss_at(w):
+        nn.utils.vector_to_parameters(w, model.parameters())
+        return float(nn.functional.cross_entropy(model(x), y))
+
+    return loop(loss_at, target, theta, vectors, c)
 
 
 def surface_case(repeats: int, name: str = "mlp") -> dict:

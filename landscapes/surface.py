@@ -134,19 +134,29 @@ def check_components(components, available: int | None = None, what: str = "") -
     return pair
 
 
-def pca_directions(result: PCA, components=(1, 2)) -> Directions:
-    i, j = check_components(components, len(result.components), "principal components found")
-    ratio = result.explained_variance_ratio
+def picked(kind: str, vectors: np.ndarray, values: np.ndarray, pair, name, **meta) -> Directions:
+    """Directions ``pair`` (1-based) out of ranked ``vectors`` [k, d] with their ``values``;
+    ``name(i, value)`` labels direction i."""
+    i, j = pair
     return Directions(
-        vectors=result.components[[i - 1, j - 1]],
-        kind="pca",
+        vectors=vectors[[i - 1, j - 1]],
+        kind=kind,
         components=(i, j),
-        labels=(
-            f"PC{i} ({100 * ratio[i - 1]:.3g}% of variance)",
-            f"PC{j} ({100 * ratio[j - 1]:.3g}% of variance)",
-        ),
-        values=(float(ratio[i - 1]), float(ratio[j - 1])),
-        meta={"pca_method": result.method},
+        labels=(name(i, values[i - 1]), name(j, values[j - 1])),
+        values=(float(values[i - 1]), float(values[j - 1])),
+        meta=meta,
+    )
+
+
+def pca_directions(result: PCA, components=(1, 2)) -> Directions:
+    pair = check_components(components, len(result.components), "principal components found")
+    return picked(
+        "pca",
+        result.components,
+        result.explained_variance_ratio,
+        pair,
+        lambda i, r: f"PC{i} ({100 * r:.3g}% of variance)",
+        pca_method=result.method,
     )
 
 
@@ -260,18 +270,15 @@ def hessian_eigen(target: Target, theta: np.ndarray, k: int, method: str = "auto
 def hessian_directions(
     target: Target, theta: np.ndarray, components=(1, 2), method: str = "auto", seed: int = 0
 ) -> Directions:
-    i, j = check_components(components, target.dim, "the Hessian's size")
-    values, vectors = hessian_eigen(target, theta, max(i, j), method, seed)
-    return Directions(
-        vectors=vectors[[i - 1, j - 1]],
-        kind="hessian",
-        components=(i, j),
-        labels=(
-            f"Hessian eigenvector {i} (λ = {values[i - 1]:.3g})",
-            f"Hessian eigenvector {j} (λ = {values[j - 1]:.3g})",
-        ),
-        values=(float(values[i - 1]), float(values[j - 1])),
-        meta={"eigenvalues": values},
+    pair = check_components(components, target.dim, "the Hessian's size")
+    values, vectors = hessian_eigen(target, theta, max(pair), method, seed)
+    return picked(
+        "hessian",
+        vectors,
+        values,
+        pair,
+        lambda i, v: f"Hessian eigenvector {i} (λ = {v:.3g})",
+        eigenvalues=values,
     )
 
 
@@ -338,6 +345,14 @@ def grid_losses(
         for s in range(0, a.size, chunk)
     ]
     return np.concatenate(parts).reshape(len(c0), len(c1))
+
+
+def sweep(
+    target: Target, theta: np.ndarray, direction: np.ndarray, coords: np.ndarray, chunk=None
+) -> np.ndarray:
+    """[m] the 1-D sweep L(theta + c v) at ``coords`` (TATi Fig. 8)."""
+    vectors = np.stack([direction, np.zeros_like(direction)])
+    return losses(target, plane(theta, vectors, coords, np.zeros_like(coords), target), chunk)
 
 
 def project(
@@ -498,13 +513,7 @@ def surface(
         losses(target, plane(theta, dirs.vectors, np.zeros(1), np.zeros(1), target))[0]
     )
     sweep_c = np.linspace(-5 * half_width, 5 * half_width, 201)  # TATi Fig. 8: 5x the domain
-    zeros = np.zeros_like(sweep_c)
-    sweep_loss = np.stack(
-        [
-            losses(target, plane(theta, dirs.vectors, sweep_c, zeros, target), chunk),
-            losses(target, plane(theta, dirs.vectors, zeros, sweep_c, target), chunk),
-        ]
-    )
+    sweep_loss = np.stack([sweep(target, theta, v, sweep_c, chunk) for v in dirs.vectors])
     seen = np.concatenate([loss.ravel(), path_loss.ravel(), [reference_loss]])
     lowest = float(np.nanmin(seen)) if np.isfinite(seen).any() else math.nan
     ratio = result.explained_variance_ratio if result is not None else np.empty(0)

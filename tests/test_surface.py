@@ -42,6 +42,8 @@ def test_grid_centre_is_the_reference_loss_and_chunks_do_not_change_the_grid():
     # loss[i, j] is at (c0[i], c1[j]): an asymmetric point, evaluated on its own
     point = torch.from_numpy(theta + c[1] * vectors[0] + c[6] * vectors[1])[None]
     assert one[1, 6] == pytest.approx(float(target.loss(point)[0]), rel=1e-13)
+    # a 1-D sweep along v1 is the grid's centre column
+    np.testing.assert_allclose(S.sweep(target, theta, vectors[1], c), one[4], rtol=1e-13)
 
 
 def gaussian_trajectory(eigenvalues, d, chains, draws, seed):
