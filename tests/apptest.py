@@ -1,0 +1,48 @@
+"""Shared by the app tests: a temporary store whose worker pool is stopped afterwards, and an
+AppTest of one page that waits for a submitted run to finish."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from jobs.pool import stop_supervisor
+from jobs.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 120  # the first run of a page imports torch and may compile
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """BASIN_HOME for one test; the supervisor the app starts there is stopped at the end."""
+    monkeypatch.setenv("BASIN_HOME", str(tmp_path))
+    yield tmp_path
+    stop_supervisor(Store(tmp_path))
+
+
+def page(name: str) -> AppTest:
+    """An AppTest of ``pages/<name>.py``, run once."""
+    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
+    return at.run()
+
+
+def wait_for_runs(home: Path, count: int = 1, timeout: float = 180) -> list:
+    """The store's runs once ``count`` of them have ended (completed or otherwise)."""
+    store = Store(home)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = store.list()
+        ended = [r for r in runs if r.status not in ("queued", "running")]
+        if len(ended) >= count:
+            return runs
+        time.sleep(0.2)
+    raise AssertionError(f"{count} run(s) did not end within {timeout} s: {store.list()}")
+
+
+def errors(at: AppTest) -> list[str]:
+    """Every exception and error element on the page (their texts)."""
+    return [e.value for e in at.exception] + [e.value for e in at.error]

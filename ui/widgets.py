@@ -1,0 +1,73 @@
+"""Widgets generated from registry parameter specs (``landscapes.Param``), so adding a target or
+a sampler adds its controls everywhere. Bad values are shown inline, naming the field and the
+allowed range, and never reach a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from landscapes import Param, ParamError, Spec
+
+LIST_HELP = "comma-separated, e.g. 1, 2"
+
+
+def _label(p: Param) -> str:
+    return f"{p.name} ({p.unit})" if p.unit else p.name
+
+
+def _help(p: Param) -> str:
+    return f"{p.doc}. Allowed: {p.allowed()}."
+
+
+def param_input(p: Param, key: str, default: Any = None) -> Any:
+    """One widget for ``p``; returns the raw value (checked by ``param_inputs``)."""
+    value = p.default if default is None else default
+    label, help_ = _label(p), _help(p)
+    if p.kind == "choice":
+        return st.selectbox(label, p.choices, index=p.choices.index(value), key=key, help=help_)
+    if p.kind == "bool":
+        return st.checkbox(label, value=bool(value), key=key, help=help_)
+    if p.kind == "int" and not p.optional and p.low is not None and p.high is not None:
+        return st.number_input(
+            label, int(p.low), int(p.high), int(value), step=1, key=key, help=help_
+        )
+    if p.kind == "float" and not p.optional and value is not None:
+        # Text, not a number_input: step sizes span 1e-8..1, which a spinner cannot edit.
+        text = st.text_input(label, f"{value:g}", key=key, help=help_)
+        return text.strip()
+    if p.kind in ("ints", "floats"):
+        shown = "" if value is None else ", ".join(f"{v:g}" for v in value)
+        return st.text_input(label, shown, key=key, help=f"{help_} ({LIST_HELP})")
+    shown = "" if value is None else str(value)
+    text = st.text_input(
+        label, shown, key=key, help=help_ + (" Empty: auto." if p.optional else "")
+    )
+    return None if (p.optional and not text.strip()) else text.strip()
+
+
+def param_inputs(
+    spec: Spec, key: str, skip: tuple[str, ...] = (), columns: int = 2, defaults: dict | None = None
+) -> dict | None:
+    """Widgets for every parameter of ``spec`` (except ``skip``), laid out in ``columns``;
+    returns the validated values, or None after showing the first error inline."""
+    params = [p for p in spec.params if p.name not in skip]
+    cols = st.columns(columns) if params else []
+    raw = {}
+    for i, p in enumerate(params):
+        with cols[i % columns]:
+            default = (defaults or {}).get(p.name)
+            raw[p.name] = param_input(p, f"{key}.{spec.name}.{p.name}", default)
+    try:
+        return {name: spec.param(name).check(value, spec.name) for name, value in raw.items()}
+    except ParamError as exc:
+        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon="⚠️")
+        return None
+
+
+def spec_error(exc: Exception) -> None:
+    """A RunSpec/budget error, inline: the field in bold, the message as plain text."""
+    field = getattr(exc, "field", None)
+    message = getattr(exc, "message", None) or str(exc)
+    st.error(f"**{field}**: {message}" if field else message, icon="⚠️")
