@@ -25,6 +25,7 @@ from .store import Store
 HEARTBEAT_S = 1.0
 STALE_S = 10.0
 CANCEL_GRACE_S = 1.0
+POLL_S = 0.05  # a warm worker's look at the queue: a small indexed SELECT
 
 
 def default_slots() -> tuple[int, int]:
@@ -90,30 +91,51 @@ def heartbeat(store: Store, run_id: str):
         thread.join()
 
 
-def work(home: str, threads: int | None = None) -> None:
-    """A worker process: claim and run queued runs until none is left."""
+def work(home: str, threads: int | None = None, warm: bool = False) -> None:
+    """A worker process: claim and run queued runs until none is left; a ``warm`` one keeps
+    waiting for the next (its interpreter, torch and compiled kernels stay loaded, so a run
+    submitted from the app starts at once instead of after a fresh process's imports)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
     store = Store(home)
-    while (record := store.claim(os.getpid())) is not None:
-        run_one(store, record, threads)
+    parent = os.getppid()
+    if warm:
+        import torch  # noqa: F401  (loaded now, not when the first run arrives)
+
+        from . import run  # noqa: F401
+    while True:
+        record = store.claim(os.getpid())
+        if record is not None:
+            run_one(store, record, threads)
+        elif warm and os.getppid() == parent:  # an orphan stops: its supervisor is gone
+            time.sleep(POLL_S)
+        else:
+            return
 
 
 def supervise(home: str | None = None, slots: int | None = None, once: bool = False) -> None:
     """Keep up to ``slots`` workers busy while runs are queued; with ``once``, return when the
-    queue is empty and no worker is left (tests, scripts), else serve until interrupted."""
+    queue is empty and no worker is left (tests, scripts), else serve until interrupted, with
+    one warm worker always waiting."""
     store = Store(home)
     default, threads = default_slots()
     slots = slots or default
     context = mp.get_context("spawn")  # a fresh interpreter: no torch or SQLite state inherited
     workers: list = []
+
+    def interrupted(signum, frame):  # SIGTERM (kill, docker stop) ends the workers like Ctrl-C
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupted)
     cancel_seen: dict[str, float] = {}
     try:
         while True:
             store.mark_stale(STALE_S)
             workers = [w for w in workers if w.is_alive()]
             queued = store.list("queued")
-            for _ in range(min(slots - len(workers), len(queued))):
-                process = context.Process(target=work, args=(str(store.home), threads))
+            idle_warm = 0 if once else 1  # the warm worker is waiting or already took one
+            for _ in range(min(slots, max(len(queued), idle_warm)) - len(workers)):
+                process = context.Process(target=work, args=(str(store.home), threads, not once))
                 process.start()
                 workers.append(process)
             enforce_cancels(store, workers, cancel_seen)

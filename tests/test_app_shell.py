@@ -1,0 +1,74 @@
+"""The app's shell and its security promises: navigation, the sidebar badge, the worker pool,
+no eval of typed formulas, no user text as HTML, a server bound to 127.0.0.1."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+from apptest import ROOT, errors
+from streamlit.testing.v1 import AppTest
+
+import landscapes
+from jobs.pool import supervisor_pid
+from jobs.store import Store
+
+FRONT = [
+    ROOT / "app.py",
+    *sorted((ROOT / "pages").glob("*.py")),
+    *sorted((ROOT / "ui").glob("*.py")),
+]
+
+
+def test_the_app_starts_its_worker_pool_and_shows_the_device(home):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not errors(at), errors(at)
+    pid = supervisor_pid(Store(home))
+    assert pid is not None  # started (or found) by the app, in its own process
+    badge = " ".join(c.value for c in at.sidebar.caption)
+    assert "Device" in badge and "CPU" in badge and f"pid {pid}" in badge
+    # a second session finds the same pool instead of starting another
+    AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert supervisor_pid(Store(home)) == pid
+
+
+def test_every_page_is_reachable_from_the_navigation(home):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    for page in sorted((ROOT / "pages").glob("*.py")):
+        at.switch_page(f"pages/{page.name}").run()
+        assert not errors(at), (page.name, errors(at))
+
+
+def test_typed_formulas_never_reach_eval():
+    source = (ROOT / "landscapes" / "formula.py").read_text()
+    calls = {
+        node.func.id
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert not calls & {"eval", "exec", "compile", "__import__"}
+    for formula in [
+        "__import__('os').system('true')",
+        "x.__class__",
+        "open('f')",
+        "[x for x in y]",
+    ]:
+        with pytest.raises(landscapes.ParamError, match="formula"):
+            landscapes.make("custom", formula=formula, device="cpu")
+
+
+def test_user_text_is_never_rendered_as_html():
+    for path in FRONT:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword) and node.arg == "unsafe_allow_html":
+                assert isinstance(node.value, ast.Constant) and node.value.value is False, path
+        assert "st.html(" not in path.read_text() and "components.html(" not in path.read_text()
+
+
+def test_the_server_binds_localhost_unless_told_otherwise():
+    config = tomllib.loads(Path(ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["address"] == "127.0.0.1"
+    assert config["browser"]["gatherUsageStats"] is False
