@@ -8,6 +8,24 @@ from charts.landscape import (
     surface_figure,
     sweep_figure,
 )
+from charts.llc import (
+    calibration_grid,
+    chain_traces,
+    dln_error_figure,
+    llc_figure,
+    loss_curve,
+    mean_vs_sd_figure,
+    nan_fraction_figure,
+    order_preservation_figure,
+)
+from charts.runs import (
+    density_figure,
+    histogram_density,
+    histogram_edges,
+    histogram_figure,
+    relative_log_density,
+    trace_figure,
+)
 
 __all__ = [
     "SCALES",
@@ -16,4 +34,22 @@ __all__ = [
     "spectrum_figure",
     "surface_figure",
     "sweep_figure",
+]
+__all__ += [
+    "calibration_grid",
+    "chain_traces",
+    "dln_error_figure",
+    "llc_figure",
+    "loss_curve",
+    "mean_vs_sd_figure",
+    "nan_fraction_figure",
+    "order_preservation_figure",
+]
+__all__ += [
+    "density_figure",
+    "histogram_density",
+    "histogram_edges",
+    "histogram_figure",
+    "relative_log_density",
+    "trace_figure",
 ]

@@ -1,36 +1,16 @@
-"""Shared by the browser tests: ``streamlit run app.py`` on a free 127.0.0.1 port with its own
-store, and Debian's Chromium driven by Playwright (never ``playwright install``)."""
+"""Shared by the browser tests: the app served on a free 127.0.0.1 port with its own store
+(``ui.server``), Debian's Chromium through Playwright, and screenshots kept as artifacts."""
 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from jobs.pool import stop_supervisor
-from jobs.store import Store
+from ui.server import CHROMIUM, ROOT, chromium, serve
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 ARTIFACTS = ROOT / "tests" / "artifacts"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def need_browser():
@@ -51,68 +31,16 @@ def need_browser():
 
 @pytest.fixture
 def server(tmp_path):
-    """The app's URL; the server, its worker pool and its store go away afterwards."""
     need_browser()
-    port = _free_port()
-    env = {**os.environ, "BASIN_HOME": str(tmp_path / "store"), "PYTHONPATH": str(ROOT)}
-    log = open(tmp_path / "streamlit.log", "wb")  # noqa: SIM115 (closed below)
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--server.headless",
-            "true",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
-                if reply.status == 200:
-                    break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            log.close()
-            raise AssertionError((tmp_path / "streamlit.log").read_text()[-3000:])
-        time.sleep(0.25)
-    try:
+    with serve(tmp_path / "store", tmp_path / "streamlit.log") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
-        stop_supervisor(Store(tmp_path / "store"))
 
 
 @pytest.fixture
 def browser_page():
-    """A headless Chromium page; console errors are collected in ``page.console_errors``."""
     need_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.console_errors = []
-        page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
-        page.on("pageerror", lambda e: page.console_errors.append(str(e)))
-        try:
-            yield page
-        finally:
-            browser.close()
+    with chromium() as page:
+        yield page
 
 
 def screenshot(page, name: str) -> Path:

@@ -39,7 +39,8 @@ def param_input(p: Param, key: str, default: Any = None) -> Any:
         return text.strip()
     if p.kind in ("ints", "floats"):
         shown = "" if value is None else ", ".join(f"{v:g}" for v in value)
-        return st.text_input(label, shown, key=key, help=f"{help_} ({LIST_HELP})")
+        text = st.text_input(label, shown, key=key, help=f"{help_} ({LIST_HELP})")
+        return None if (p.optional and not text.strip()) else text
     shown = "" if value is None else str(value)
     text = st.text_input(
         label, shown, key=key, help=help_ + (" Empty: auto." if p.optional else "")

@@ -1,0 +1,254 @@
+"""Figures of a run's draws: a 2-D density with chains on top, traces and marginal histograms.
+
+Pure: numpy arrays in, plotly Figures out. Densities are given as log densities (-U up to a
+constant) on a grid, ``log_density[j, i]`` at ``(xs[i], ys[j])``; positions are chain-batched
+as the store records them, so a page passes ``position[:, chains, k]`` slices straight through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from charts.landscape import PALETTE
+
+ACCEPTED, REJECTED = "#2ca02c", "#d62728"
+LEGEND = {"orientation": "h", "yanchor": "top", "y": -0.15, "xanchor": "left", "x": 0}
+INSIDE = {
+    "yanchor": "top",
+    "y": 0.99,
+    "xanchor": "right",
+    "x": 0.99,
+    "bgcolor": "rgba(255,255,255,0.7)",
+}
+
+
+def _color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def relative_log_density(log_density, floor: float = 20.0) -> np.ndarray:
+    """log density minus its finite maximum, clipped below at -``floor`` (NaN stays NaN)."""
+    z = np.array(log_density, dtype=float)
+    z[z == np.inf] = np.nan  # an infinite density cannot be drawn; -inf clips to the floor
+    finite = z[np.isfinite(z)]
+    if finite.size == 0:
+        return np.full(z.shape, np.nan)
+    return np.maximum(z - finite.max(), -floor)
+
+
+def density_figure(
+    xs: Sequence[float],
+    ys: Sequence[float],
+    log_density,
+    paths=None,
+    cloud=None,
+    labels: Sequence[str] = ("w0", "w1"),
+    *,
+    accepted=None,
+    chain_ids: Sequence[int] | None = None,
+    log_scale: bool = True,
+    floor: float = 20.0,
+    title: str | None = None,
+    height: int | None = None,
+    view=None,
+) -> go.Figure:
+    """Contours of the target with chains and draws on top.
+
+    ``log_density`` [ny, nx]: -U on the grid (any additive constant). Contours show -U relative
+    to its maximum (``log_scale``, clipped at -``floor``) or the relative density exp(-U).
+    ``paths`` [chains, k, 2]: each chain's last k positions, drawn as a line ending in a marker.
+    ``accepted`` [chains] (bool): the last move of each path was accepted (green circle) or
+    rejected (red cross: the chain stayed). ``cloud`` [n, 2]: draws as small grey markers.
+    ``view`` ((x0, x1), (y0, y1)) zooms the axes (default: the whole grid).
+    """
+    z = relative_log_density(log_density, floor)
+    view = ((xs[0], xs[-1]), (ys[0], ys[-1])) if view is None else view
+    colorbar = "−U − max(−U) (log density)" if log_scale else "e^(−U) / max (density)"
+    fig = go.Figure(
+        go.Contour(
+            x=np.asarray(xs, dtype=float),
+            y=np.asarray(ys, dtype=float),
+            z=z if log_scale else np.exp(z),
+            colorscale="Blues",
+            ncontours=20,
+            contours={"coloring": "fill", "showlines": False},
+            colorbar={"title": {"text": colorbar, "side": "right"}},
+            hovertemplate=f"{labels[0]}=%{{x:.3g}}<br>{labels[1]}=%{{y:.3g}}<br>%{{z:.3g}}"
+            "<extra></extra>",
+            name="target",
+        )
+    )
+    if cloud is not None and len(cloud):
+        cloud = np.asarray(cloud, dtype=float)
+        fig.add_trace(
+            go.Scattergl(
+                x=cloud[:, 0],
+                y=cloud[:, 1],
+                mode="markers",
+                marker={"size": 3, "color": "rgba(40, 40, 40, 0.35)"},
+                name="draws",
+                hoverinfo="skip",
+            )
+        )
+    if paths is not None:
+        paths = np.asarray(paths, dtype=float)
+        ids = list(range(len(paths))) if chain_ids is None else list(chain_ids)
+        for i, path in enumerate(paths):
+            fig.add_trace(
+                go.Scatter(
+                    x=path[:, 0],
+                    y=path[:, 1],
+                    mode="lines+markers",
+                    line={"color": _color(i), "width": 1.5},
+                    marker={"size": [3] * (len(path) - 1) + [9], "color": _color(i)},
+                    name=f"chain {ids[i]}",
+                )
+            )
+        if accepted is not None:
+            ok = np.asarray(accepted, dtype=bool)
+            ends = paths[:, -1, :]
+            for mask, name, color, symbol in (
+                (ok, "accepted", ACCEPTED, "circle-open"),
+                (~ok, "rejected (stayed)", REJECTED, "x"),
+            ):
+                fig.add_trace(
+                    go.Scatter(
+                        x=ends[mask, 0],
+                        y=ends[mask, 1],
+                        mode="markers",
+                        marker={"size": 16, "color": color, "symbol": symbol, "line": {"width": 3}},
+                        name=name,
+                    )
+                )
+    fig.update_layout(
+        title=title,
+        height=height,
+        xaxis={"title": labels[0], "range": [float(v) for v in view[0]]},
+        yaxis={"title": labels[1], "range": [float(v) for v in view[1]]},
+        legend=LEGEND,
+        margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
+    )
+    return fig
+
+
+def trace_figure(
+    step,
+    values,
+    title: str | None,
+    y_title: str,
+    names: Sequence[str] | None = None,
+    x_title: str = "step",
+    y_range: Sequence[float] | None = None,
+    burn_in: float | None = None,
+    height: int | None = None,
+) -> go.Figure:
+    """One line per column of ``values`` [T, series] against ``step`` [T] (chains by default);
+    ``burn_in`` marks the end of the burn-in with a dashed line."""
+    step = np.asarray(step)
+    values = np.asarray(values, dtype=float)
+    if values.ndim == 1:
+        values = values[:, None]
+    names = [f"chain {i}" for i in range(values.shape[1])] if names is None else list(names)
+    fig = go.Figure(
+        [
+            go.Scattergl(
+                x=step, y=values[:, i], mode="lines", line={"color": _color(i)}, name=names[i]
+            )
+            for i in range(values.shape[1])
+        ]
+    )
+    if burn_in:
+        fig.add_vline(x=burn_in, line={"dash": "dash", "color": "grey"}, annotation_text="burn-in")
+    fig.update_layout(
+        title=title,
+        height=height,
+        xaxis={"title": x_title},
+        yaxis={"title": y_title, **({"range": list(y_range)} if y_range is not None else {})},
+        legend=LEGEND,
+        showlegend=values.shape[1] <= 16,
+        margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
+    )
+    return fig
+
+
+def histogram_edges(lo: float, hi: float, bins: int = 60) -> np.ndarray:
+    """``bins`` equal bins over [lo, hi]: share them to compare several samplers' histograms."""
+    return np.linspace(float(lo), float(hi), int(bins) + 1)
+
+
+def histogram_density(samples, edges) -> np.ndarray:
+    """Probability density per bin: counts / (finite draws x bin width). Draws outside the
+    edges count in the total, so the bars show the true density where they are drawn instead
+    of renormalising the part that falls in range."""
+    x = np.asarray(samples, dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    edges = np.asarray(edges, dtype=float)
+    if x.size == 0:
+        return np.zeros(len(edges) - 1)
+    counts, _ = np.histogram(x, edges)
+    return counts / (x.size * np.diff(edges))
+
+
+def histogram_figure(
+    samples,
+    exact_x=None,
+    exact_density=None,
+    title: str | None = None,
+    x_title: str = "value",
+    *,
+    edges=None,
+    bins: int = 60,
+    exact_name: str = "exact",
+    height: int | None = None,
+) -> go.Figure:
+    """Normalised histogram(s) (probability density) with the exact marginal overlaid.
+
+    ``samples``: draws [n], or a mapping name -> draws to overlay several samplers on the same
+    ``edges`` (default: ``bins`` bins over the finite range of all draws). ``exact_x``,
+    ``exact_density``: the exact marginal density on a grid (None: no curve).
+    """
+    series = dict(samples) if isinstance(samples, Mapping) else {"draws": samples}
+    if edges is None:
+        pooled = np.concatenate([np.asarray(v, dtype=float).ravel() for v in series.values()])
+        pooled = pooled[np.isfinite(pooled)]
+        lo, hi = (pooled.min(), pooled.max()) if pooled.size else (0.0, 1.0)
+        edges = histogram_edges(lo, hi if hi > lo else lo + 1.0, bins)
+    edges = np.asarray(edges, dtype=float)
+    centers, widths = 0.5 * (edges[1:] + edges[:-1]), np.diff(edges)
+    overlay = len(series) > 1
+    fig = go.Figure()
+    for i, (name, draws) in enumerate(series.items()):
+        fig.add_trace(
+            go.Bar(
+                x=centers,
+                y=histogram_density(draws, edges),
+                width=widths,
+                name=name,
+                marker={"color": _color(i), "line": {"width": 0}},
+                opacity=0.5 if overlay else 0.75,
+            )
+        )
+    if exact_x is not None and exact_density is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=np.asarray(exact_x, dtype=float),
+                y=np.asarray(exact_density, dtype=float),
+                mode="lines",
+                line={"color": "black", "width": 2},
+                name=exact_name,
+            )
+        )
+    fig.update_layout(
+        title=title,
+        height=height,
+        barmode="overlay",
+        bargap=0,
+        xaxis={"title": x_title, "range": [float(edges[0]), float(edges[-1])]},
+        yaxis={"title": "probability density"},
+        legend=INSIDE,
+        margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
+    )
+    return fig

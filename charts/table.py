@@ -1,0 +1,131 @@
+"""Tables of runs: plain rows from stored runs, summaries side by side, traces as long-format CSV.
+
+Pure functions of dicts and arrays (a run is the mapping ``vars(RunRecord)`` gives); no
+Streamlit, no torch, nothing from jobs.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+RUN_COLUMNS = ("id", "target", "sampler", "chains", "steps", "status", "progress (%)", "created")
+POSITION_COLUMNS_MAX = 64  # positions go into the CSV only up to this many coordinates
+
+
+def run_row(run: Mapping) -> dict:
+    """One run as a table row: what it samples, how far it got, when it was created (local)."""
+    spec, progress = run.get("spec") or {}, run.get("progress") or {}
+    total, done = progress.get("steps_total") or 0, progress.get("steps_done") or 0
+    if run.get("status") == "completed":
+        percent = 100.0
+    elif progress.get("phase") == "train" or not total:
+        percent = 0.0  # an LLC run training to w0 has not sampled yet
+    else:
+        percent = min(100.0, 100.0 * done / total)
+    created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("created") or 0))
+    return {
+        "id": run.get("id"),
+        "target": (spec.get("target") or {}).get("name"),
+        "sampler": (spec.get("sampler") or {}).get("name"),
+        "chains": spec.get("chains"),
+        "steps": spec.get("steps"),
+        "status": run.get("status"),
+        "progress (%)": round(percent, 1),
+        "created": created,
+    }
+
+
+def run_rows(runs: Iterable[Mapping]) -> list[dict]:
+    return [run_row(run) for run in runs]
+
+
+def summary_facts(summary: Mapping | None) -> dict[str, float | None]:
+    """The numbers worth comparing across runs; None where a run has no such number (no
+    acceptance for SGLD, no ESS for projected positions, no LLC without the observable)."""
+    s = summary or {}
+    coords = s.get("coordinates") or {}
+    llc = (s.get("observables") or {}).get("llc") or {}
+    return {
+        "acceptance": _number(s.get("acceptance")),
+        "ESS bulk (min over coordinates)": _extreme(coords.get("ess_bulk"), min),
+        "R-hat (max over coordinates)": _extreme(coords.get("rhat"), max),
+        "seconds": _number(s.get("seconds")),
+        "diverged chains": _number(s.get("diverged_chains")),
+        "LLC mean": _number(llc.get("mean")),
+    }
+
+
+def compare_rows(summaries: Mapping[str, Mapping | None]) -> list[dict]:
+    """One row per quantity, one column per run id; the LLC row only when some run has one."""
+    facts = {run_id: summary_facts(s) for run_id, s in summaries.items()}
+    names = list(summary_facts(None))
+    rows = []
+    for name in names:
+        values = {run_id: f[name] for run_id, f in facts.items()}
+        if name == "LLC mean" and all(v is None for v in values.values()):
+            continue
+        rows.append({"quantity": name, **values})
+    return rows
+
+
+def trace_rows(data: Mapping[str, np.ndarray]) -> int:
+    """Rows the long-format CSV of ``data`` will have: one per recorded draw and chain."""
+    loss = data.get("loss")
+    return 0 if loss is None else int(np.asarray(loss).size)
+
+
+def traces_csv(data: Mapping[str, np.ndarray], positions: bool = True) -> bytes:
+    """Long-format CSV of a run's records (step-major: [draws, chains] arrays): one row per draw
+    and chain with step, chain, loss and every other per-chain scalar (booleans as 0/1), then
+    ``position_0`` ... when ``positions`` and the positions have at most 64 coordinates."""
+    if "loss" not in data:
+        raise ValueError("the records have no 'loss' yet: nothing to export")
+    loss = np.asarray(data["loss"])
+    draws, chains = loss.shape
+    step = np.asarray(data.get("step", np.arange(draws)))
+    columns: dict[str, np.ndarray] = {
+        "step": np.repeat(step, chains),
+        "chain": np.tile(np.arange(chains), draws),
+        "loss": loss.ravel(),
+    }
+    for name in sorted(data):
+        value = np.asarray(data[name])
+        if name in ("step", "loss", "position") or value.shape != loss.shape:
+            continue
+        columns[name] = value.ravel().astype(np.int8) if value.dtype == bool else value.ravel()
+    position = data.get("position")
+    if positions and position is not None and np.shape(position)[-1] <= POSITION_COLUMNS_MAX:
+        flat = np.asarray(position).reshape(draws * chains, -1)
+        columns.update({f"position_{i}": flat[:, i] for i in range(flat.shape[1])})
+    buffer = io.StringIO()
+    pd.DataFrame(columns).to_csv(buffer, index=False)
+    return buffer.getvalue().encode()
+
+
+def json_safe(value):
+    """``value`` with non-finite floats as None: JSON has no NaN (a diverged run's R-hat)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _number(value) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _extreme(values, pick) -> float | None:
+    finite = [float(v) for v in values or () if v is not None and math.isfinite(float(v))]
+    return pick(finite) if finite else None

@@ -1,0 +1,379 @@
+"""Compare: one target, two or more samplers side by side on the same budget (seed, chains,
+steps), the view a teacher projects.
+
+Widgets (from the registries) -> one RunSpec per sampler -> ui.submit; their records ->
+charts.runs: histograms of one coordinate on shared bins with the exact marginal, traces side
+by side, and one diagnostics table with a row per sampler.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import streamlit as st
+import torch
+
+import charts
+import landscapes
+import samplers
+import ui
+from jobs.spec import SpecError, check_budget, parse_spec
+from jobs.store import FINAL
+from landscapes import ParamError
+from samplers import diagnostics
+from samplers.explain import explain
+
+POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "potential"]
+SAMPLERS = list(samplers.REGISTRY)
+DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
+EXACT_DRAWS = 20_000
+CURVE_POINTS = 401
+BINS = 60
+MAX_TRACE = 2000
+DIAGNOSTIC_CHAINS = 256  # as jobs.run
+GROUP_SECONDS = 5.0  # runs of one Run click are created within this of each other
+NAMES = ["step", "position", "accepted", "diverged"]
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def target_of(name: str, params_json: str) -> landscapes.Target | ParamError:
+    """The target on the CPU in float64, for closed-form truths only (or its error)."""
+    try:
+        return landscapes.make(name, device="cpu", dtype="float64", **json.loads(params_json))
+    except ParamError as exc:
+        return exc
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def exact_draws(name: str, params_json: str) -> np.ndarray | None:
+    target = target_of(name, params_json)
+    if target.exact_sample is None:
+        return None
+    return target.exact_sample(torch.Generator().manual_seed(20_250_131), EXACT_DRAWS).numpy()
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def tail_ess(run_id: str, burn: int) -> list[float] | None:
+    """ESS of the 5% and 95% quantiles per coordinate of a finished run (not in its summary)."""
+    data = ui.store().read(run_id, names=["position", "diverged"])
+    if "position" not in data or data["position"].shape[0] - burn < 4:
+        return None
+    draws = np.moveaxis(data["position"][burn:, ~data["diverged"][-1]], 0, 1)
+    if not draws.shape[0]:
+        return None
+    return np.atleast_1d(diagnostics.ess_tail(draws[:DIAGNOSTIC_CHAINS].astype(float))).tolist()
+
+
+def labels_of(target: landscapes.Target) -> list[str]:
+    if target.name == "custom" and target.dim == 2:
+        return ["x", "y"]
+    out = []
+    for key, shape in target.layout.items():
+        size = math.prod(shape)
+        out += [key] if size == 1 else [f"{key}{i}" for i in range(size)]
+    return out
+
+
+def targets_exact(sampler_params: dict) -> bool:
+    """Truths hold for exp(-L): nbeta 1 (a potential's own), no localization, temperature 1."""
+    return (
+        sampler_params.get("nbeta") in (None, 1.0)
+        and not sampler_params.get("localization")
+        and sampler_params.get("temperature", 1.0) == 1.0
+    )
+
+
+def fmt(value, digits: int = 3) -> str:
+    return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}g}"
+
+
+def budget_key(spec: dict) -> str:
+    """What must agree for two runs to be compared: the target and the budget."""
+    keep = ("target", "chains", "steps", "burn_in", "thin", "seed", "dtype")
+    return json.dumps({k: spec.get(k) for k in keep}, sort_keys=True)
+
+
+def comparisons(runs: list) -> list[list]:
+    """Runs created together (one Run click) on one target and budget, newest group first."""
+    groups: list[list] = []
+    for run in sorted(runs, key=lambda r: r.created):
+        if run.spec["target"]["name"] not in POTENTIALS or run.spec.get("observables"):
+            continue
+        last = groups[-1][-1] if groups else None
+        if (
+            last is not None
+            and budget_key(last.spec) == budget_key(run.spec)
+            and run.created - last.created < GROUP_SECONDS
+        ):
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    return [g for g in reversed(groups) if len({r.spec["sampler"]["name"] for r in g}) >= 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Controls: one target, several samplers, one budget.
+
+st.title("Compare samplers")
+st.caption(
+    "The same target, seed, chains and steps for every sampler: what differs is the sampler."
+)
+ui.ensure_pool()
+store = ui.store()
+
+left, right = st.columns(2)
+with left:
+    target_name = st.selectbox(
+        "Potential", POTENTIALS, index=POTENTIALS.index("funnel"), key="cmp.target_name"
+    )
+    target_spec = landscapes.REGISTRY[target_name]
+    st.caption(f"{target_spec.doc} — *{target_spec.paper}*")
+    target_params = ui.param_inputs(target_spec, key="cmp.target")
+    target_ok = False
+    if target_params is not None:
+        built = target_of(target_name, json.dumps(target_params, sort_keys=True))
+        if isinstance(built, ParamError):
+            head = str(built).removeprefix(built.field + ": ").split("\n")[0]
+            st.error(f"**{built.field}**: {head}", icon="⚠️")
+        else:
+            target_ok = True
+            st.caption(f"d = {built.dim}")
+    c1, c2, c3, c4 = st.columns(4)
+    chains = c1.number_input("chains", 1, 4096, 32, key="cmp.chains")
+    steps = c2.number_input("steps", 10, 100_000, 2000, step=100, key="cmp.steps")
+    burn_pct = c3.number_input("burn-in (%)", 0, 90, 10, key="cmp.burn_pct")
+    seed = c4.number_input("seed", 0, 2**31 - 1, 0, key="cmp.seed")
+with right:
+    chosen = st.multiselect("Samplers", SAMPLERS, default=["mala", "hmc"], key="cmp.samplers")
+    sampler_params = {}
+    for name in chosen:
+        with st.expander(f"{name}: {samplers.REGISTRY[name].paper}", expanded=len(chosen) <= 2):
+            latex, _ = explain(name)
+            if latex:
+                st.latex(latex)
+            sampler_params[name] = ui.param_inputs(
+                samplers.REGISTRY[name], key="cmp.sampler", defaults=DEFAULTS
+            )
+
+if st.button("Run all", type="primary", key="cmp.run"):
+    if len(chosen) < 2:
+        st.error("**samplers**: choose at least two samplers to compare.", icon="⚠️")
+    elif not target_ok or any(p is None for p in sampler_params.values()):
+        bad = [name for name, p in sampler_params.items() if p is None]
+        where = f" (the parameters of {', '.join(bad)})" if bad else ""
+        st.error(f"Fix the fields marked above first{where}; nothing was queued.", icon="⚠️")
+    else:
+        specs = [
+            {
+                "target": {"name": target_name, "params": target_params},
+                "sampler": {"name": name, "params": sampler_params[name]},
+                "chains": int(chains),
+                "steps": int(steps),
+                "burn_in": int(steps) * int(burn_pct) // 100,
+                "seed": int(seed),
+            }
+            for name in chosen
+        ]
+        try:  # every spec first, so that one bad spec queues nothing
+            for spec in specs:
+                check_budget(parse_spec(spec))
+        except SpecError as exc:
+            ui.spec_error(exc)
+        else:
+            ids = [ui.submit(spec) for spec in specs]
+            st.session_state["cmp.shown"] = ",".join(i for i in ids if i)
+
+
+# ---------------------------------------------------------------------------------------------
+# Live views of the shown comparison.
+
+
+def truth_curve(target, exact, i: int, edges: np.ndarray):
+    """The exact marginal of coordinate i: closed form where known, else binned exact draws."""
+    if i in target.marginals:
+        x = np.linspace(edges[0], edges[-1], CURVE_POINTS)
+        return x, np.exp(target.marginals[i](torch.from_numpy(x)).numpy()), "exact (closed form)"
+    if exact is not None:
+        centers = 0.5 * (edges[1:] + edges[:-1])
+        density = charts.histogram_density(exact[:, i], edges)
+        return centers, density, f"exact ({EXACT_DRAWS:,} draws)"
+    return None, None, ""
+
+
+def shared_edges(target, exact, draws: dict, i: int) -> np.ndarray:
+    """One set of bins for every sampler: the exact law's central 99%, else the bounds of a
+    2-D target, else the pooled draws' central 99%."""
+    if exact is not None:
+        lo, hi = np.quantile(exact[:, i], [0.005, 0.995])
+    elif target.dim == 2 and target.bounds is not None:
+        lo, hi = target.bounds[i]
+    else:
+        pooled = np.concatenate([d[..., i].ravel() for d in draws.values()] or [np.zeros(1)])
+        pooled = pooled[np.isfinite(pooled)]
+        lo, hi = np.quantile(pooled, [0.005, 0.995]) if pooled.size else (0.0, 1.0)
+    return charts.histogram_edges(lo, hi if hi > lo else lo + 1.0, BINS)
+
+
+def live_group(ids: list[str], coord: int, show: int) -> None:
+    records = {}
+    for run_id in ids:
+        try:
+            records[run_id] = store.get(run_id)
+        except KeyError:
+            continue
+    if not records:
+        st.info("These runs were deleted.")
+        return
+    done = all(r.status in FINAL for r in records.values())
+    if done and st.session_state.get("cmp.polling") == ",".join(ids):
+        st.session_state["cmp.polling"] = None
+        st.rerun()  # once: the page redraws without the timer
+    first = next(iter(records.values())).spec
+    params_json = json.dumps(first["target"]["params"], sort_keys=True)
+    target = target_of(first["target"]["name"], params_json)
+    if isinstance(target, ParamError):
+        st.error(str(target), icon="⚠️")
+        return
+    label = labels_of(target)[coord]
+    burn = math.ceil(first["burn_in"] / first["thin"])
+    exact_all = exact_draws(target.name, params_json)
+
+    for record in records.values():
+        st.caption(f"**{record.spec['sampler']['name']}**")
+        ui.progress_bar(record)
+    draws, data, exact_ok = {}, {}, {}
+    for run_id, record in records.items():
+        name = record.spec["sampler"]["name"]
+        data[name] = ui.Live(store, run_id, names=NAMES).update()
+        exact_ok[name] = targets_exact(record.spec["sampler"]["params"])
+        position = data[name].get("position")
+        if position is not None and len(position):
+            good = ~data[name]["diverged"][-1]
+            draws[name] = position[burn:, good]
+    if not draws:
+        st.caption("Waiting for the first samples…")
+        return
+
+    exact = exact_all if all(exact_ok.values()) else None
+    edges = shared_edges(target, exact, draws, coord)
+    x = y = None
+    curve = "exact"
+    if all(exact_ok.values()):
+        x, y, curve = truth_curve(target, exact, coord, edges)
+    else:
+        st.caption(
+            "Some runs sample another density (nβ ≠ 1, localization or temperature): no exact "
+            "curve or KS."
+        )
+    histogram = charts.histogram_figure(
+        {name: d[..., coord].ravel() for name, d in draws.items()},
+        x,
+        y,
+        f"Marginal of {label}: every sampler on the same bins",
+        f"{label} (coordinate {coord})",
+        edges=edges,
+        exact_name=curve,
+    )
+    st.plotly_chart(histogram, key=f"cmp.hist.{ids[0]}")
+
+    names = list(data)
+    per_row = min(3, len(names))
+    for start in range(0, len(names), per_row):
+        cols = st.columns(per_row)
+        for col, name in zip(cols, names[start : start + per_row], strict=False):
+            if "position" not in data[name] or not len(data[name]["position"]):
+                continue
+            step, position = data[name]["step"], data[name]["position"]
+            stride = max(1, len(step) // MAX_TRACE)
+            col.plotly_chart(
+                charts.trace_figure(
+                    step[::stride],
+                    position[::stride, :show, coord],
+                    f"{name}: trace of {label}",
+                    f"{label} (position)",
+                    y_range=(edges[0], edges[-1]),
+                    burn_in=first["burn_in"] or None,
+                ),
+                key=f"cmp.trace.{ids[0]}.{name}",
+            )
+
+    rows = []
+    for run_id, record in records.items():
+        name = record.spec["sampler"]["name"]
+        summary = record.summary or {}
+        final = record.status in FINAL
+        coords = (summary.get("coordinates") or {}) if final else {}
+        tail = tail_ess(run_id, burn) if coords else None
+        sample = draws.get(name)
+        ks = None
+        if exact is not None and sample is not None and sample.size:
+            ks = float(diagnostics.ks_distance(sample[..., coord].ravel(), exact[:, coord])[0])
+        diverged = data[name].get("diverged")
+        rows.append(
+            {
+                "sampler": name,
+                "status": record.status,
+                "step size": record.spec["sampler"]["params"].get("step_size"),
+                "acceptance": summary.get("acceptance"),
+                f"ESS bulk ({label})": coords["ess_bulk"][coord] if coords else None,
+                f"ESS tail ({label})": tail[coord] if tail else None,
+                f"R-hat ({label})": coords["rhat"][coord] if coords else None,
+                f"KS to exact ({label})": ks,
+                "diverged chains": summary.get(
+                    "diverged_chains", int(diverged[-1].sum()) if diverged is not None else 0
+                ),
+                "seconds": summary.get("seconds"),
+            }
+        )
+    st.dataframe(rows, hide_index=True, key=f"cmp.table.{ids[0]}")
+    if done:
+        for record in records.values():
+            if record.status != "completed" or (record.summary or {}).get("diverged_chains"):
+                st.caption(f"**{record.spec['sampler']['name']}**")
+                ui.run_status(record)
+
+
+groups = comparisons(store.list())
+options = [",".join(r.id for r in g) for g in groups]
+if st.session_state.get("cmp.shown") not in options:
+    st.session_state.pop("cmp.shown", None)
+if not groups:
+    st.info("No comparisons yet: pick a target and two or more samplers above, then Run all.")
+else:
+    labels = {
+        ",".join(r.id for r in g): f"{g[0].id} · {g[0].spec['target']['name']} · "
+        + " vs ".join(r.spec["sampler"]["name"] for r in g)
+        + f" · {g[0].spec['chains']} chains × {g[0].spec['steps']} steps"
+        for g in groups
+    }
+    shown = st.selectbox("Comparison shown", options, format_func=labels.get, key="cmp.shown")
+    group = groups[options.index(shown)]
+    ids, first = [r.id for r in group], group[0].spec
+    target = target_of(
+        first["target"]["name"], json.dumps(first["target"]["params"], sort_keys=True)
+    )
+    coord_labels = labels_of(target) if not isinstance(target, ParamError) else ["w0"]
+    d1, d2 = st.columns(2)
+    coord = d1.selectbox(
+        "coordinate",
+        range(len(coord_labels)),
+        index=len(coord_labels) - 1,  # the funnels' neck v is last
+        format_func=lambda i: coord_labels[i],
+        key=f"cmp.coord.{first['target']['name']}.{len(coord_labels)}",
+    )
+    show = d2.slider("chains drawn per trace", 1, 16, 4, key="cmp.show")
+    running = any(r.status not in FINAL for r in group)
+    st.session_state["cmp.polling"] = shown if running else None
+    st.fragment(live_group, run_every=1.0 if running else None)(ids, coord, show)
+
+# ---------------------------------------------------------------------------------------------
+# Explanation: of the samplers shown (else of those picked above).
+
+explained = [r.spec["sampler"]["name"] for r in group] if groups else chosen
+if explained:
+    st.subheader("The samplers")
+    for name in explained:
+        if name in samplers.REGISTRY:
+            st.markdown(f"**{name}**: {explain(name)[1]}")

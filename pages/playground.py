@@ -1,0 +1,535 @@
+"""Playground: one sampler on a 2-D potential, watched live against the exact answer.
+
+Widgets (from the registries) -> RunSpec -> ui.submit; the run's records -> charts.runs: the
+density with each chain's recent path and the cloud of draws, traces, marginal histograms with
+the exact marginal, tail probabilities, KS, ESS and R-hat; a step-by-step replay for class.
+The target is built here only to draw its closed-form density and marginals, never sampled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import scipy.integrate
+import streamlit as st
+import torch
+
+import charts
+import landscapes
+import samplers
+import ui
+from jobs.store import FINAL
+from landscapes import ParamError
+from samplers import diagnostics
+from samplers.explain import POSTERIOR, explain
+
+POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "potential"]
+SAMPLERS = list(samplers.REGISTRY)
+DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
+GRID = 161  # grid points per axis of the density contours
+EXACT_DRAWS = 20_000
+CURVE_POINTS = 401  # odd: the grid of a symmetric range holds its midpoint
+BINS = 60
+MAX_CLOUD = 4000  # draws shown as markers
+MAX_TRACE = 2000  # points per chain in a trace
+DIAGNOSTIC_CHAINS = 256  # as jobs.run: ArviZ on more chains costs seconds and says no more
+NAMES = ["step", "position", "loss", "accepted", "diverged"]
+
+
+def fixed_params(name: str) -> dict:
+    """Parameters the playground pins: its potentials are drawn in the plane."""
+    return {"dim": 2} if any(p.name == "dim" for p in landscapes.REGISTRY[name].params) else {}
+
+
+def param_error(exc: ParamError) -> None:
+    """A target builder's error inline; a formula's caret line goes to a code block (plain)."""
+    head, _, rest = str(exc).removeprefix(exc.field + ": ").partition("\n")
+    st.error(f"**{exc.field}**: {head}", icon="⚠️")
+    if rest:
+        st.code(rest, language=None)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def target_of(name: str, params_json: str) -> landscapes.Target | ParamError:
+    """The target on the CPU in float64, for closed-form evaluations only (or its error)."""
+    try:
+        return landscapes.make(name, device="cpu", dtype="float64", **json.loads(params_json))
+    except ParamError as exc:
+        return exc
+
+
+def labels_of(target: landscapes.Target) -> list[str]:
+    if target.name == "custom":
+        return ["x", "y"][: target.dim] if target.dim <= 2 else [f"w{i}" for i in range(target.dim)]
+    out = []
+    for key, shape in target.layout.items():
+        size = math.prod(shape)
+        out += [key] if size == 1 else [f"{key}{i}" for i in range(size)]
+    return out
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def density_grid(name: str, params_json: str, nbeta: float, temperature: float) -> dict:
+    """-U = -(nbeta L + prior) / T on a GRID x GRID grid over the target's bounds."""
+    target = target_of(name, params_json)
+    (x0, x1), (y0, y1) = target.bounds
+    xs, ys = np.linspace(x0, x1, GRID), np.linspace(y0, y1, GRID)
+    yy, xx = np.meshgrid(ys, xs, indexing="ij")
+    w = torch.from_numpy(np.stack([xx.ravel(), yy.ravel()], -1))
+    with torch.no_grad():
+        # A custom formula may be constant in w: broadcast to one value per grid point.
+        energy = torch.broadcast_to(nbeta * target.loss(w) + target.prior_energy(w), (len(w),))
+    return {"xs": xs, "ys": ys, "log_density": (-energy / temperature).reshape(GRID, GRID).numpy()}
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def exact_draws(name: str, params_json: str) -> np.ndarray | None:
+    target = target_of(name, params_json)
+    if target.exact_sample is None:
+        return None
+    generator = torch.Generator().manual_seed(20_250_131)
+    return target.exact_sample(generator, EXACT_DRAWS).numpy()
+
+
+def exact_tail(target: landscapes.Target, exact: np.ndarray | None, i: int, t: float):
+    """P(w_i < t) by quadrature of the closed-form marginal, else from exact draws."""
+    if i in target.marginals:
+
+        def pdf(x: float) -> float:
+            return math.exp(float(target.marginals[i](torch.tensor([x], dtype=torch.float64))))
+
+        return scipy.integrate.quad(pdf, -np.inf, t)[0]
+    return None if exact is None else float(np.mean(exact[:, i] < t))
+
+
+def exact_moments(target: landscapes.Target, exact: np.ndarray | None, i: int) -> tuple:
+    """Mean and sd of coordinate i: the target's closed forms, else from exact draws."""
+    if target.mean is not None and target.cov is not None:
+        return float(target.mean[i]), math.sqrt(float(target.cov[i, i]))
+    if exact is not None:
+        return float(exact[:, i].mean()), float(exact[:, i].std(ddof=1))
+    return None, None
+
+
+def targets_exact(sampler_params: dict) -> bool:
+    """Truths hold for exp(-L): nbeta 1 (a potential's own), no localization, temperature 1."""
+    return (
+        sampler_params.get("nbeta") in (None, 1.0)
+        and not sampler_params.get("localization")
+        and sampler_params.get("temperature", 1.0) == 1.0
+    )
+
+
+def is_playground_run(spec: dict) -> bool:
+    target = spec["target"]
+    return (
+        target["name"] in POTENTIALS
+        and not spec.get("observables")
+        and target["params"].get("dim", 2) == 2
+        and len(target["params"].get("k", (0, 0))) == 2
+    )
+
+
+def fmt(value, digits: int = 3) -> str:
+    return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}g}"
+
+
+@st.cache_data(max_entries=64, show_spinner="Computing tail ESS…")
+def tail_ess(run_id: str, burn: int) -> list[float] | None:
+    """ESS of the 5% and 95% quantiles per coordinate of a finished run (not in its summary)."""
+    data = ui.store().read(run_id, names=["position", "diverged"])
+    if "position" not in data or data["position"].shape[0] - burn < 4:
+        return None
+    good = ~data["diverged"][-1]
+    draws = np.moveaxis(data["position"][burn:, good], 0, 1)[:DIAGNOSTIC_CHAINS]
+    if not draws.shape[0]:
+        return None
+    return np.atleast_1d(diagnostics.ess_tail(draws.astype(np.float64))).tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# Controls.
+
+st.title("Playground")
+st.caption(
+    "Sample a 2-D potential with any sampler, in a background worker, and watch the chains "
+    "against the exact answer."
+)
+ui.ensure_pool()
+store = ui.store()
+
+left, right = st.columns(2)
+with left:
+    target_name = st.selectbox("Potential", POTENTIALS, key="pg.target_name")
+    target_spec = landscapes.REGISTRY[target_name]
+    st.caption(f"{target_spec.doc} — *{target_spec.paper}*")
+    pinned = fixed_params(target_name)
+    target_params = ui.param_inputs(target_spec, key="pg.target", skip=tuple(pinned))
+    target = None
+    if target_params is not None:
+        target_params = {**target_params, **pinned}
+        built = target_of(target_name, json.dumps(target_params, sort_keys=True))
+        if isinstance(built, ParamError):
+            param_error(built)
+        elif built.dim != 2 or built.bounds is None:
+            st.error(
+                f"**target**: the playground draws 2-D potentials; these parameters give "
+                f"d = {built.dim} (use Compare for other dimensions)",
+                icon="⚠️",
+            )
+        else:
+            target = built
+with right:
+    sampler_name = st.selectbox("Sampler", SAMPLERS, key="pg.sampler_name")
+    sampler_spec = samplers.REGISTRY[sampler_name]
+    sampler_params = ui.param_inputs(sampler_spec, key="pg.sampler", defaults=DEFAULTS)
+    latex, paragraph = explain(sampler_name)
+    if latex:
+        st.latex(latex)
+
+c1, c2, c3, c4 = st.columns(4)
+chains = c1.number_input("chains", 1, 4096, 32, key="pg.chains")
+steps = c2.number_input("steps", 10, 100_000, 2000, step=100, key="pg.steps")
+burn_pct = c3.number_input("burn-in (% of steps)", 0, 90, 10, key="pg.burn_pct")
+seed = c4.number_input("seed", 0, 2**31 - 1, 0, key="pg.seed")
+
+if st.button("Run", type="primary", key="pg.run"):
+    if target is None or sampler_params is None:
+        st.error("Fix the fields marked above first; nothing was queued.", icon="⚠️")
+    else:
+        spec = {
+            "target": {"name": target_name, "params": target_params},
+            "sampler": {"name": sampler_name, "params": sampler_params},
+            "chains": int(chains),
+            "steps": int(steps),
+            "burn_in": int(steps) * int(burn_pct) // 100,
+            "seed": int(seed),
+        }
+        if run_id := ui.submit(spec):
+            st.session_state["pg.shown"] = run_id
+
+
+# ---------------------------------------------------------------------------------------------
+# Live views of the shown run.
+
+
+def context(record) -> dict | None:
+    """What every view of a run needs: its target, truths and records so far."""
+    spec = record.spec
+    params_json = json.dumps(spec["target"]["params"], sort_keys=True)
+    target = target_of(spec["target"]["name"], params_json)
+    if isinstance(target, ParamError):
+        param_error(target)
+        return None
+    sp = spec["sampler"]["params"]
+    nbeta = sp.get("nbeta") or target.nbeta
+    grid = density_grid(target.name, params_json, float(nbeta), float(sp.get("temperature", 1.0)))
+    data = ui.Live(store, record.id, names=NAMES).update()
+    exact = exact_draws(target.name, params_json) if targets_exact(sp) else None
+    return {
+        "target": target,
+        "labels": labels_of(target),
+        "grid": grid,
+        "data": data,
+        "exact": exact,
+        "truths": targets_exact(sp),
+        "mh": "accepted" in data,
+        "burn": math.ceil(spec["burn_in"] / spec["thin"]),
+    }
+
+
+def histogram(ctx: dict, draws: np.ndarray, i: int):
+    target, label = ctx["target"], ctx["labels"][i]
+    lo, hi = target.bounds[i]
+    edges = charts.histogram_edges(lo, hi, BINS)
+    x = y = None
+    name = "exact"
+    if ctx["truths"] and i in target.marginals:
+        x = np.linspace(lo, hi, CURVE_POINTS)
+        y = np.exp(target.marginals[i](torch.from_numpy(x)).numpy())
+        name = "exact marginal (closed form)"
+    elif ctx["exact"] is not None:
+        x = 0.5 * (edges[1:] + edges[:-1])
+        y = charts.histogram_density(ctx["exact"][:, i], edges)
+        name = f"exact ({EXACT_DRAWS:,} exact draws)"
+    title = f"Marginal of {label}"
+    return charts.histogram_figure(
+        draws[..., i].ravel(),
+        x,
+        y,
+        title,
+        f"{label} (coordinate {i})",
+        edges=edges,
+        exact_name=name,
+        height=320,
+    )
+
+
+def diagnostics_rows(ctx: dict, record, draws: np.ndarray, tails: list[float]) -> list[dict]:
+    target, exact, labels = ctx["target"], ctx["exact"], ctx["labels"]
+    coords = ((record.summary or {}).get("coordinates") or {}) if record.status in FINAL else {}
+    tail = tail_ess(record.id, ctx["burn"]) if coords else None
+    rows = []
+    for i, label in enumerate(labels):
+        x = draws[..., i].ravel()
+        ks = ks_limit = None
+        if exact is not None and x.size:
+            ks = float(diagnostics.ks_distance(x, exact[:, i])[0])
+            ess = coords["ess_bulk"][i] if coords else None
+            if ess is not None and np.isfinite(ess) and ess > 0:
+                ks_limit = diagnostics.ks_bound(ess, len(exact))
+        exact_p = exact_tail(target, exact, i, tails[i]) if ctx["truths"] else None
+        mean, sd = exact_moments(target, exact, i) if ctx["truths"] else (None, None)
+        rows.append(
+            {
+                "coordinate": label,
+                "mean": float(x.mean()) if x.size else None,
+                "exact mean": mean,
+                "sd": float(x.std(ddof=1)) if x.size > 1 else None,
+                "exact sd": sd,
+                "t": tails[i],
+                "P(< t)": float(np.mean(x < tails[i])) if x.size else None,
+                "exact P(< t)": exact_p,
+                "KS distance": ks,
+                "KS bound (α = 0.001)": ks_limit,
+                "ESS bulk": coords["ess_bulk"][i] if coords else None,
+                "ESS tail": tail[i] if tail else None,
+                "R-hat": coords["rhat"][i] if coords else None,
+            }
+        )
+    return rows
+
+
+def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[float]) -> None:
+    try:
+        record = store.get(run_id)
+    except KeyError:
+        st.info("This run was deleted.")
+        return
+    if record.status in FINAL and st.session_state.get("pg.polling") == run_id:
+        st.session_state["pg.polling"] = None
+        st.rerun()  # once: the page redraws without the timer
+    ui.progress_bar(record)
+    ctx = context(record)
+    if ctx is None:
+        return
+    data, labels, grid = ctx["data"], ctx["labels"], ctx["grid"]
+    if not len(data.get("step", ())):
+        if record.status in FINAL:
+            ui.run_status(record)
+        else:
+            st.caption("Waiting for the first samples…")
+        return
+    position, step = data["position"], data["step"]
+    good = ~data["diverged"][-1]
+    draws = position[ctx["burn"] :, good] if len(position) > ctx["burn"] else position[:0, good]
+    flat = draws.reshape(-1, 2)
+    cloud = flat[:: max(1, len(flat) // MAX_CLOUD)]
+    shown = min(show, position.shape[1])
+    paths = np.moveaxis(position[-trail:, :shown], 0, 1)
+    c1, c2 = st.columns([3, 2])
+    c1.plotly_chart(
+        charts.density_figure(
+            grid["xs"],
+            grid["ys"],
+            grid["log_density"],
+            paths,
+            cloud,
+            labels,
+            log_scale=log_scale,
+            title=f"{record.spec['target']['name']}: chains' last {trail} steps and the draws",
+            height=640,
+        ),
+        key=f"pg.density.{run_id}",
+    )
+    with c2:
+        for i in range(2):
+            st.plotly_chart(histogram(ctx, draws, i), key=f"pg.hist.{run_id}.{i}")
+    stride = max(1, len(step) // MAX_TRACE)
+    burn_step = record.spec["burn_in"] or None
+    for i, col in enumerate(st.columns(2)):
+        col.plotly_chart(
+            charts.trace_figure(
+                step[::stride],
+                position[::stride, :shown, i],
+                f"Trace of {labels[i]}",
+                f"{labels[i]} (position)",
+                burn_in=burn_step,
+            ),
+            key=f"pg.trace.{run_id}.{i}",
+        )
+    if not ctx["truths"]:
+        st.caption(
+            "Exact marginals hold for nβ = 1, localization 0 and temperature 1; this run "
+            "samples another density, so no exact curve, exact tail or KS is shown."
+        )
+    summary = record.summary or {}
+    accepted = data.get("accepted")
+    acceptance = summary.get("acceptance")
+    if acceptance is None and accepted is not None and len(accepted) > ctx["burn"]:
+        acceptance = float(accepted[ctx["burn"] :, good].mean())  # live, until the summary
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("acceptance", fmt(acceptance) if ctx["mh"] else "no MH step")
+    m2.metric("diverged chains", int((~good).sum()))
+    m3.metric("draws after burn-in", f"{draws.shape[0] * draws.shape[1]:,}")
+    m4.metric("seconds", fmt(summary.get("seconds")))
+    st.dataframe(
+        diagnostics_rows(ctx, record, draws, tails), hide_index=True, key=f"pg.diag.{run_id}"
+    )
+    lo, hi = np.array(ctx["target"].bounds).T
+    outside = float(np.mean(((flat < lo) | (flat > hi)).any(-1))) if len(flat) else 0.0
+    if outside > 0.01:
+        st.caption(f"{outside:.1%} of the draws lie outside the plotted range.")
+    if record.status in FINAL:
+        ui.run_status(record)
+
+
+def around(positions: np.ndarray, bounds) -> tuple:
+    """Axes that frame ``positions`` [..., 2] with a margin (at least 5% of the bounds)."""
+    out = []
+    for i, (lo, hi) in enumerate(bounds):
+        x = positions[..., i][np.isfinite(positions[..., i])]
+        if not x.size:
+            out.append((lo, hi))
+            continue
+        pad = max(0.3 * (x.max() - x.min()), 0.05 * (hi - lo))
+        out.append((x.min() - pad, x.max() + pad))
+    return tuple(out)
+
+
+def replay(run_id: str, show: int, trail: int, log_scale: bool) -> None:
+    """Recorded steps one at a time: each chain's move and, for MH kernels, its verdict."""
+    record = store.get(run_id)
+    ctx = context(record)
+    if ctx is None or not len(ctx["data"].get("step", ())):
+        st.caption("No recorded steps yet.")
+        return
+    data, grid, labels = ctx["data"], ctx["grid"], ctx["labels"]
+    last = len(data["step"]) - 1
+    key, play_key = f"pg.replay.{run_id}", "pg.playing"
+    playing = st.session_state.get(play_key) == run_id
+    if playing:  # the timer's tick: one record further, stopping (and the timer) at the end
+        st.session_state[key] = min(st.session_state.get(key, 0) + 1, last)
+        if st.session_state[key] >= last:
+            st.session_state[play_key] = None
+            st.rerun()
+
+    def nudge(delta: int) -> None:
+        st.session_state[key] = int(np.clip(st.session_state.get(key, 0) + delta, 0, last))
+
+    b1, b2, b3, b4, b5 = st.columns([1, 1, 1, 4, 1.5])
+    b1.button("◀ Back", key=f"pg.back.{run_id}", on_click=nudge, args=(-1,))
+    b2.button("Step ▶", key=f"pg.step.{run_id}", on_click=nudge, args=(1,))
+    if b3.button("⏸ Pause" if playing else "▶ Play", key=f"pg.play.{run_id}"):
+        st.session_state[play_key] = None if playing else run_id
+        st.rerun()
+    k = b4.slider("record", 0, last, key=key, label_visibility="collapsed")
+    zoom = b5.toggle("zoom in", True, key="pg.replay_zoom", help="Axes around the chains")
+    shown = min(show, data["position"].shape[1])
+    positions = data["position"][max(0, k - trail) : k + 1, :shown]
+    accepted = data["accepted"][k, :shown] > 0.5 if ctx["mh"] else None
+    thin, step = record.spec["thin"], int(data["step"][k]) + 1  # steps count from 1 here
+    st.plotly_chart(
+        charts.density_figure(
+            grid["xs"],
+            grid["ys"],
+            grid["log_density"],
+            np.moveaxis(positions, 0, 1),
+            None,
+            labels,
+            accepted=accepted,
+            log_scale=log_scale,
+            title=f"After step {step} of {record.spec['steps']}",
+            height=560,
+            view=around(positions, ctx["target"].bounds) if zoom else None,
+        ),
+        key=f"pg.replay_fig.{run_id}",
+    )
+    if accepted is not None:
+        st.markdown(
+            f"**Step {step}**: {int(accepted.sum())} of {shown} chains accepted "
+            f"their proposal (green circles); {shown - int(accepted.sum())} rejected it and "
+            "stayed (red crosses)."
+        )
+    else:
+        st.markdown(
+            f"**Step {step}**: {record.spec['sampler']['name']} has no "
+            "accept/reject step; every chain moves."
+        )
+    if thin > 1:
+        st.caption(
+            f"Recorded every {thin} steps: each move spans {thin} steps, and the verdict is "
+            "that of the last of them."
+        )
+    before = data["position"][k - 1, :shown] if k else np.full((shown, 2), np.nan)
+    after = data["position"][k, :shown]
+    rows = {
+        "chain": list(range(shown)),
+        f"{labels[0]} before": before[:, 0],
+        f"{labels[1]} before": before[:, 1],
+        f"{labels[0]} after": after[:, 0],
+        f"{labels[1]} after": after[:, 1],
+        "move length": np.linalg.norm(after - before, axis=-1),
+        "L after": data["loss"][k, :shown],
+    }
+    if accepted is not None:
+        rows["accepted"] = accepted
+    st.dataframe(rows, hide_index=True, key=f"pg.replay_table.{run_id}")
+
+
+runs = [r for r in store.list() if is_playground_run(r.spec)][:30]
+ids = [r.id for r in runs]
+if st.session_state.get("pg.shown") not in ids:
+    st.session_state.pop("pg.shown", None)
+if not runs:
+    st.info("No playground runs yet: pick a potential and a sampler above, then Run.")
+else:
+    labels = {
+        r.id: f"{r.id} · {r.spec['target']['name']} · {r.spec['sampler']['name']} · "
+        f"{r.spec['chains']} chains × {r.spec['steps']} steps"
+        for r in runs
+    }
+    shown_id = st.selectbox("Run shown", ids, format_func=labels.get, key="pg.shown")
+    shown_record = store.get(shown_id)
+    shown_target = target_of(
+        shown_record.spec["target"]["name"],
+        json.dumps(shown_record.spec["target"]["params"], sort_keys=True),
+    )
+    d1, d2, d3 = st.columns(3)
+    show = d1.slider("chains drawn", 1, 16, 8, key="pg.show")
+    trail = d2.slider("recent steps per path", 1, 500, 50, key="pg.trail")
+    log_scale = d3.toggle("contours of log density −U", True, key="pg.log_scale")
+    tails = []
+    if not isinstance(shown_target, ParamError):
+        cols = st.columns(2)
+        for i, label in enumerate(labels_of(shown_target)[:2]):
+            lo, hi = shown_target.bounds[i]
+            tails.append(
+                cols[i].number_input(
+                    f"tail threshold t for P({label} < t)",
+                    value=round(lo + (hi - lo) / 3, 2),
+                    key=f"pg.tail.{shown_record.spec['target']['name']}.{i}",
+                )
+            )
+    every = None if shown_record.status in FINAL else 1.0
+    st.session_state["pg.polling"] = shown_id if every else None
+    st.fragment(live_run, run_every=every)(shown_id, show, trail, log_scale, tails)
+
+    st.subheader("Step by step")
+    if st.toggle("Replay the recorded steps one at a time", key="pg.replay_on"):
+        playing = st.session_state.get("pg.playing") == shown_id
+        st.fragment(replay, run_every=0.6 if playing else None)(shown_id, show, trail, log_scale)
+
+# ---------------------------------------------------------------------------------------------
+# Explanation: of the run shown (else of the sampler picked above).
+
+explained = shown_record.spec["sampler"]["name"] if runs else sampler_name
+explained = explained if explained in samplers.REGISTRY else sampler_name
+latex, paragraph = explain(explained)
+st.subheader(f"How {explained} works")
+st.latex(POSTERIOR)
+if latex:
+    st.latex(latex)
+st.markdown(paragraph)

@@ -1,0 +1,198 @@
+"""Each kernel's update rule as implemented (LaTeX) and a paragraph saying what it does and
+where it comes from, for the app's teaching views.
+
+The equations are the ones ``samplers/sgmcmc.py``, ``mcmc.py`` and ``splitting.py`` compute,
+not the papers' printed ones where those differ (reference 000 fixes the adaptive kernels'
+typos and SGHMC/SGNHT's temperature). Notation: eps = step_size, g_t the raw minibatch mean
+loss gradient, eta_t ~ N(0, I) fresh noise, and every kernel targets exp(-U) with
+``POSTERIOR`` (a Gaussian prior is added where the target defines one).
+"""
+
+from __future__ import annotations
+
+from .registry import REGISTRY
+
+POSTERIOR = (
+    r"U(w) = n\beta\, L(w) + \tfrac{\gamma}{2}\,\lVert w - w_0 \rVert^2,"
+    r"\qquad \pi(w) \propto e^{-U(w)}"
+)
+
+_SGLD = r"w_{t+1} = w_t - \tfrac{\varepsilon}{2}\,\nabla U(w_t) + \sqrt{\varepsilon}\,\eta_t"
+_GRAD_U = r"\nabla U(w_t) = n\beta\, g_t + \gamma\,(w_t - w_0)"
+_MAPS = (
+    r"A_h:\ w \leftarrow w + h\,p \qquad B_h:\ p \leftarrow p - h\,\nabla U(w) \\"
+    r"O_h:\ p \leftarrow a\,p + \sqrt{T(1 - a^2)}\,R,\quad a = e^{-\gamma_f h}"
+)
+_SPLITTING_TEXT = (
+    "Underdamped Langevin dynamics with a momentum p ~ N(0, T I), integrated by operator "
+    "splitting as in the TATi paper (Heber, Trstanova & Leimkuhler 2020): A drifts the "
+    "position, B kicks the momentum with the force, O is the exact Ornstein-Uhlenbeck "
+    "thermostat (R ~ N(0, I) fresh noise) with friction gamma_f (the `friction` parameter, "
+    "not the localization gamma). "
+    "Letters are applied left to right, each with the step h divided by how often it occurs, "
+    "and the scheme samples exp(-U/T) up to a step-size bias whose order depends on the "
+    "letter order (BAOAB: second order, nearly exact on Gaussians). No accept/reject step."
+)
+
+
+def _aligned(*rows: str) -> str:
+    return r"\begin{aligned}" + r" \\ ".join(rows) + r"\end{aligned}"
+
+
+# name -> (LaTeX, paragraph); the paragraph's source is appended from the registry below.
+_TEXT: dict[str, tuple[str, str]] = {
+    "sgld": (
+        _aligned(_SGLD, _GRAD_U),
+        "Stochastic gradient Langevin dynamics (Welling & Teh 2011), Alg. 1 of the local "
+        "posterior sampling benchmark (Hitchcock & Hoogland): an Euler-Maruyama step of the "
+        "overdamped Langevin SDE whose drift is half the force and whose noise has variance "
+        "eps, with the loss gradient taken on a minibatch (batch_size) when the target has "
+        "data. There is no Metropolis correction, so a large step size biases the samples "
+        "(too wide, or divergent), and minibatch gradient noise adds heat on top.",
+    ),
+    "ula": (
+        _aligned(_SGLD, r"\nabla U(w_t) = n\beta\,\nabla L(w_t) + \gamma\,(w_t - w_0)"),
+        "The unadjusted Langevin algorithm (Parisi 1981; eq. 2.3 of the local posterior "
+        "sampling benchmark, Hitchcock & Hoogland): SGLD's update with the full-data gradient. "
+        "It samples exp(-U) only as the step size goes to zero; at a finite step its "
+        "stationary law is slightly off, which MALA's accept/reject step removes.",
+    ),
+    "rmsprop-sgld": (
+        _aligned(
+            r"v_t = b\,v_{t-1} + (1 - b)\,g_t^2,\quad v_{-1} = 1",
+            r"\hat v_t = v_t / (1 - b^{\,t+1}),\quad \varepsilon_t = \varepsilon \,/\,"
+            r"(\sqrt{\hat v_t} + a)",
+            r"w_{t+1} = w_t - \tfrac{\varepsilon_t}{2} \odot \nabla U(w_t)"
+            r" + \sqrt{\varepsilon_t} \odot \eta_t",
+        ),
+        "Preconditioned SGLD (pSGLD, Li et al. 2016), Alg. 3 of the local posterior sampling "
+        "benchmark (Hitchcock & Hoogland): a per-coordinate step size eps_t from an RMSProp "
+        "average of the squared raw loss gradient, so flat directions take long steps and "
+        "steep ones short steps. Typos fixed as the benchmark's reference notes say (eps_t[i] "
+        "uses v_hat[i], bias correction with exponent t+1, v starts at 1). The drift term of "
+        "the changing metric is dropped, as in the paper.",
+    ),
+    "adam-sgld": (
+        _aligned(
+            r"m_t = b_1 m_{t-1} + (1 - b_1)\,g_t,\quad v_t = b_2 v_{t-1} + (1 - b_2)\,g_t^2",
+            r"\hat m_t = \frac{m_t}{1 - b_1^{\,t+1}},\quad \hat v_t = \frac{v_t}{1 - b_2^{\,t+1}},"
+            r"\quad \varepsilon_t = \frac{\varepsilon}{\sqrt{\hat v_t} + a}",
+            r"w_{t+1} = w_t - \tfrac{\varepsilon_t}{2} \odot \big(n\beta\,\hat m_t"
+            r" + \gamma (w_t - w_0)\big) + \sqrt{\varepsilon_t} \odot \eta_t",
+        ),
+        "Adam-preconditioned SGLD (Kim et al. 2020), Alg. 2 of the local posterior sampling "
+        "benchmark (Hitchcock & Hoogland): as RMSProp-SGLD, but the loss force is replaced by "
+        "Adam's bias-corrected momentum m_hat of the raw gradient (m starts at 0, v at 1), "
+        "while the localization pull and the noise stay as in SGLD.",
+    ),
+    "sghmc": (
+        _aligned(
+            r"p_{t+1} = p_t - \varepsilon\,\nabla U(w_t) - \alpha\,p_t"
+            r" + \sqrt{2\alpha\varepsilon}\,\eta_t",
+            r"w_{t+1} = w_t + p_{t+1},\quad p_0 \sim \mathcal{N}(0, \varepsilon I)",
+        ),
+        "Stochastic gradient Hamiltonian Monte Carlo (Chen et al. 2014), Alg. 4 of the local "
+        "posterior sampling benchmark (Hitchcock & Hoogland): a momentum p with friction alpha "
+        "and matching noise, so the chain coasts through flat regions instead of diffusing. "
+        "Default 'corrected' form shown: force eps and the position moved by the new momentum, "
+        "which samples exp(-U). variant='paper' uses the printed force eps/2 and the old "
+        "momentum, which samples at twice the temperature (kept for comparison).",
+    ),
+    "sgnht": (
+        _aligned(
+            r"p_{t+1} = p_t - \varepsilon\,\nabla U(w_t) - \alpha_t\,p_t"
+            r" + \sqrt{2\alpha_0\varepsilon}\,\eta_t",
+            r"w_{t+1} = w_t + p_{t+1}",
+            r"\alpha_{t+1} = \alpha_t + \lVert p_{t+1} \rVert^2 / d - \varepsilon",
+        ),
+        "Stochastic gradient Nose-Hoover thermostat (Ding et al. 2014), Alg. 5 of the local "
+        "posterior sampling benchmark (Hitchcock & Hoogland): SGHMC whose friction alpha_t is a "
+        "dynamic variable that rises when the kinetic energy |p|^2/d exceeds its target eps and "
+        "falls below it, absorbing unknown gradient noise. Default 'corrected' form shown "
+        "(squared norm, new momentum, fixed diffusion alpha_0); variant='paper' uses the "
+        "printed |p|/d with the old momentum and noise sqrt(2 alpha_t eps), which can diverge.",
+    ),
+    "mala": (
+        _aligned(
+            r"w' = w_t - \tfrac{\varepsilon}{2}\,\nabla U(w_t) + \sqrt{\varepsilon}\,\eta_t",
+            r"w_{t+1} = w' \text{ with probability } A, \text{ else } w_t",
+            r"A = \min\big(1,\ e^{\,U(w_t) - U(w') + \log q(w_t \mid w') - \log q(w' \mid w_t)}"
+            r"\big)",
+            r"\log q(b \mid a) = -\lVert b - a + \tfrac{\varepsilon}{2}\nabla U(a) \rVert^2"
+            r" / (2\varepsilon)",
+        ),
+        "The Metropolis-adjusted Langevin algorithm (Roberts & Tweedie 1996), one of the "
+        "optional extras of the local posterior sampling benchmark (Hitchcock & Hoogland, "
+        "section 5): a ULA step used as a proposal and accepted or rejected by "
+        "Metropolis-Hastings, so the chain samples exp(-U) exactly at any step size; too large a "
+        "step shows as a low acceptance rate instead of a biased answer. Full-data gradients.",
+    ),
+    "rwmh": (
+        _aligned(
+            r"w' = w_t + \varepsilon\,\eta_t",
+            r"w_{t+1} = w' \text{ with probability } \min\big(1,\ e^{\,U(w_t) - U(w')}\big),"
+            r"\text{ else } w_t",
+        ),
+        "Random-walk Metropolis (Metropolis et al. 1953): a Gaussian proposal of scale eps "
+        "around the current point, accepted with the ratio of target densities. It needs no "
+        "gradient and is exact at any step, but explores by diffusion: in d dimensions the step "
+        "must shrink like d^(-1/2) to keep a useful acceptance (about 0.23 is the classic "
+        "optimum in high dimension).",
+    ),
+    "hmc": (
+        _aligned(
+            r"p_0 \sim \mathcal{N}(0, I),\ (w, p) \leftarrow (w_t, p_0);\ K \text{ times:}",
+            r"\quad p \leftarrow p - \tfrac{\varepsilon}{2}\nabla U(w),\ "
+            r"w \leftarrow w + \varepsilon\,p,\ p \leftarrow p - \tfrac{\varepsilon}{2}\nabla U(w)",
+            r"w_{t+1} = w \text{ with probability } \min\big(1,\ e^{\,H(w_t, p_0) - H(w, p)}\big),"
+            r"\text{ else } w_t",
+            r"H(w, p) = U(w) + \tfrac{1}{2}\lVert p \rVert^2",
+        ),
+        "Hamiltonian Monte Carlo (Duane et al. 1987; Neal 2011) as in the TATi paper (Heber, "
+        "Trstanova & Leimkuhler 2020, eq. 15): a fresh momentum, K = leapfrog_steps "
+        "velocity-Verlet steps along the Hamiltonian flow, then a Metropolis test on the energy "
+        "error, so long moves are accepted as long as the integrator is accurate. With jitter "
+        "each chain draws K uniformly from 1..leapfrog_steps at every iteration, which breaks "
+        "periodic orbits.",
+    ),
+    "baoab": (
+        _aligned(r"\text{BAOAB:}\ \ B_{h/2}\,A_{h/2}\,O_h\,A_{h/2}\,B_{h/2}", _MAPS),
+        _SPLITTING_TEXT + " BAOAB (Leimkuhler & Matthews) costs one gradient per step.",
+    ),
+    "gla1": (
+        _aligned(r"\text{GLA1 (BAO):}\ \ B_h\,A_h\,O_h", _MAPS),
+        _SPLITTING_TEXT + " GLA1 is a first-order geometric Langevin algorithm "
+        "(Bou-Rabee & Owhadi 2010) in TATi's letter order.",
+    ),
+    "gla2": (
+        _aligned(r"\text{GLA2 (BOBA):}\ \ B_{h/2}\,O_h\,B_{h/2}\,A_h", _MAPS),
+        _SPLITTING_TEXT + " GLA2 is an O step inside velocity Verlet (TATi's code; the paper "
+        "gives no formula).",
+    ),
+    "splitting": (
+        _aligned(
+            r"\text{scheme } X_1 X_2 \cdots X_k,\ X_i \in \{A, B, O\}:\ "
+            r"\text{each } X_i \text{ applied with step } h / \#X_i",
+            _MAPS,
+        ),
+        _SPLITTING_TEXT + " Type any scheme, e.g. ABOBA or OBABO, to compare orderings.",
+    ),
+}
+
+EXPLAIN: dict[str, tuple[str, str]] = {
+    name: (latex, f"{text} Source: {REGISTRY[name].paper}.")
+    for name, (latex, text) in _TEXT.items()
+    if name in REGISTRY
+}
+
+
+def explain(name: str) -> tuple[str, str]:
+    """(LaTeX update equation, paragraph) for sampler ``name``. A registered kernel without a
+    written entry gets no equation ("") and its registry doc and paper as the paragraph."""
+    if name in EXPLAIN:
+        return EXPLAIN[name]
+    if name not in REGISTRY:
+        raise KeyError(f"unknown sampler {name!r}; choose one of {sorted(REGISTRY)}")
+    spec = REGISTRY[name]
+    doc = " ".join((spec.doc or "").split())
+    return "", f"{doc} Source: {spec.paper}. (No typeset update equation for {name} yet.)"

@@ -1,0 +1,209 @@
+"""The Playground and Compare pages (AppTest): widgets from the registries, bad input refused
+inline with no run created, and short runs whose figures and tables carry the right numbers
+(the funnel's exact N(0, 9) neck, the store's acceptance, ESS and per-step verdicts)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+
+import numpy as np
+import pytest
+from apptest import errors, page, wait_for_runs  # `home` is a fixture from conftest.py
+
+import charts
+import landscapes
+import samplers
+from jobs.store import Store
+from landscapes import Spec
+from samplers.explain import EXPLAIN, explain
+
+WIDGETS = ("text_input", "number_input", "checkbox", "selectbox")
+
+
+def keyed(at, prefix: str) -> dict[str, str]:
+    """Widgets whose key starts with ``prefix``: parameter name -> label."""
+    out = {}
+    for kind in WIDGETS:
+        for w in getattr(at, kind):
+            if w.key and w.key.startswith(prefix):
+                out[w.key.removeprefix(prefix)] = w.label
+    return out
+
+
+def registry_labels(spec: Spec, skip=()) -> dict[str, str]:
+    return {
+        p.name: f"{p.name} ({p.unit})" if p.unit else p.name
+        for p in spec.params
+        if p.name not in skip
+    }
+
+
+def array(value) -> np.ndarray:
+    """A plotly trace array from a chart's JSON: a list, or {"dtype", "bdata"} (base64)."""
+    if isinstance(value, dict):
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        return data.reshape(value["shape"]) if "shape" in value else data
+    return np.asarray(value, dtype=float)
+
+
+def figures(at) -> dict[str, dict]:
+    """Plotly charts on the page by title."""
+    out = {}
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        out[(spec["layout"].get("title") or {}).get("text", "")] = spec
+    return out
+
+
+# -- samplers.explain and charts.runs ---------------------------------------------------------
+
+
+def test_every_registered_sampler_is_explained_with_its_paper(monkeypatch):
+    for name, spec in samplers.REGISTRY.items():
+        latex, paragraph = EXPLAIN[name]
+        assert latex.strip() and paragraph.strip()
+        assert spec.paper in paragraph
+        assert explain(name) == (latex, paragraph)
+    toy = Spec("toy", "mcmc", "A toy kernel.", "Nobody (2099)", (), lambda **kw: None)
+    monkeypatch.setitem(samplers.REGISTRY, "toy", toy)
+    latex, paragraph = explain("toy")
+    assert latex == "" and "A toy kernel." in paragraph and "Nobody (2099)" in paragraph
+    with pytest.raises(KeyError, match="unknown sampler"):
+        explain("no-such-sampler")
+
+
+def test_histogram_density_is_normalised_over_all_draws():
+    edges = charts.histogram_edges(-1.0, 1.0, 4)
+    density = charts.histogram_density([-0.9, -0.1, 0.2, 0.3, 5.0, np.nan], edges)
+    # 5 finite draws, one out of range, bins of width 0.5: the bars integrate to 4/5.
+    np.testing.assert_allclose(density, [0.4, 0.4, 0.8, 0.0])
+    assert (density * np.diff(edges)).sum() == pytest.approx(0.8)
+
+
+# -- Playground -------------------------------------------------------------------------------
+
+
+def test_playground_widgets_are_the_registry_params(home):
+    at = page("playground")
+    for name in ("funnel", "custom", "normal-crossing", "banana"):
+        at.selectbox(key="pg.target_name").select(name).run()
+        assert not errors(at), errors(at)
+        # dim is pinned to 2: the playground draws the plane.
+        want = registry_labels(landscapes.REGISTRY[name], skip=("dim",))
+        assert keyed(at, f"pg.target.{name}.") == want
+    for name in ("mala", "hmc", "sghmc", "splitting"):
+        at.selectbox(key="pg.sampler_name").select(name).run()
+        assert keyed(at, f"pg.sampler.{name}.") == registry_labels(samplers.REGISTRY[name])
+        assert len(at.latex) >= 2  # the update equation beside the controls, and below
+    assert not errors(at)
+
+
+def test_playground_bad_input_is_inline_and_queues_nothing(home):
+    at = page("playground")
+    at.selectbox(key="pg.sampler_name").select("mala").run()
+    at.text_input(key="pg.sampler.mala.step_size").input("-1").run()
+    assert any("step_size" in e for e in errors(at)), errors(at)
+    at.button(key="pg.run").click().run()
+    assert not at.exception
+    assert Store(home).list() == []
+
+    at.text_input(key="pg.sampler.mala.step_size").input("0.1").run()
+    at.selectbox(key="pg.target_name").select("custom").run()
+    at.text_input(key="pg.target.custom.formula").input("x +* y").run()
+    assert any("custom.formula" in e for e in errors(at)), errors(at)
+    at.button(key="pg.run").click().run()
+    assert not at.exception
+    assert Store(home).list() == []
+
+
+def test_playground_run_shows_the_funnel_neck_against_the_exact_marginal(home):
+    at = page("playground")
+    at.selectbox(key="pg.target_name").select("funnel").run()
+    at.selectbox(key="pg.sampler_name").select("mala").run()
+    at.text_input(key="pg.sampler.mala.step_size").input("0.3").run()
+    at.number_input(key="pg.chains").set_value(16).run()
+    at.number_input(key="pg.steps").set_value(300).run()
+    at.button(key="pg.run").click().run()
+    assert not errors(at), errors(at)
+    (run,) = Store(home).list()
+    assert run.spec["target"] == {"name": "funnel", "params": {"dim": 2}}
+    assert run.spec["sampler"]["name"] == "mala"
+    assert run.spec["sampler"]["params"]["step_size"] == 0.3
+    assert (run.spec["chains"], run.spec["steps"], run.spec["burn_in"]) == (16, 300, 30)
+
+    (run,) = wait_for_runs(home, 1)
+    assert run.status == "completed", run.error
+    at.run()
+    assert not errors(at), errors(at)
+    shown = figures(at)
+    assert {"Marginal of x", "Marginal of v", "Trace of x", "Trace of v"} <= set(shown)
+    curve = next(t for t in shown["Marginal of v"]["data"] if t["name"].startswith("exact"))
+    x, y = array(curve["x"]), array(curve["y"])
+    assert np.interp(0.0, x, y) == pytest.approx(1 / math.sqrt(2 * math.pi * 9), abs=1e-6)
+    bars = next(t for t in shown["Marginal of v"]["data"] if t["type"] == "bar")
+    assert len(array(bars["y"])) == 60
+
+    summary = run.summary
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["acceptance"] == f"{summary['acceptance']:.3g}"
+    table = at.dataframe[0].value
+    assert list(table["coordinate"]) == ["x", "v"]
+    np.testing.assert_allclose(table["ESS bulk"], summary["coordinates"]["ess_bulk"])
+    np.testing.assert_allclose(table["R-hat"], summary["coordinates"]["rhat"])
+    assert table["exact P(< t)"][1] == pytest.approx(0.158655, abs=1e-5)  # P(v < -3) = Phi(-1)
+
+    # Step-by-step replay: record 1's verdicts are the store's.
+    at.toggle(key="pg.replay_on").set_value(True).run()
+    at.button(key=f"pg.step.{run.id}").click().run()
+    accepted = Store(home).read(run.id, names=["accepted"])["accepted"][1, :8] > 0.5
+    assert any(f"{int(accepted.sum())} of 8 chains accepted" in m.value for m in at.markdown)
+    assert not errors(at), errors(at)
+
+
+# -- Compare ----------------------------------------------------------------------------------
+
+
+def test_compare_runs_each_sampler_on_one_budget(home):
+    at = page("compare")
+    assert not errors(at), errors(at)
+    for name in ("mala", "hmc"):  # the default choice, each with its registry widgets
+        assert keyed(at, f"cmp.sampler.{name}.") == registry_labels(samplers.REGISTRY[name])
+    assert keyed(at, "cmp.target.funnel.") == registry_labels(landscapes.REGISTRY["funnel"])
+    at.text_input(key="cmp.sampler.hmc.step_size").input("-1").run()
+    assert any("step_size" in e for e in errors(at)), errors(at)
+    at.button(key="cmp.run").click().run()
+    assert any("hmc" in e for e in errors(at)) and Store(home).list() == []
+    at.number_input(key="cmp.target.funnel.dim").set_value(2).run()
+    at.number_input(key="cmp.chains").set_value(16).run()
+    at.number_input(key="cmp.steps").set_value(300).run()
+    at.multiselect(key="cmp.samplers").set_value(["mala", "rwmh"]).run()
+    at.text_input(key="cmp.sampler.rwmh.step_size").input("1").run()
+    at.button(key="cmp.run").click().run()
+    assert not errors(at), errors(at)
+    runs = Store(home).list()
+    assert sorted(r.spec["sampler"]["name"] for r in runs) == ["mala", "rwmh"]
+    budget = {(r.spec["seed"], r.spec["chains"], r.spec["steps"], r.spec["burn_in"]) for r in runs}
+    assert budget == {(0, 16, 300, 30)}
+    assert all(r.spec["target"] == {"name": "funnel", "params": {"dim": 2}} for r in runs)
+
+    runs = wait_for_runs(home, 2)
+    assert all(r.status == "completed" for r in runs), [r.error for r in runs]
+    at.run()
+    assert not errors(at), errors(at)
+    table = at.dataframe[0].value
+    assert sorted(table["sampler"]) == ["mala", "rwmh"]
+    by_name = {r.spec["sampler"]["name"]: r.summary for r in runs}
+    for _, row in table.iterrows():
+        assert row["acceptance"] == pytest.approx(by_name[row["sampler"]]["acceptance"])
+        assert row["ESS bulk (v)"] == pytest.approx(
+            by_name[row["sampler"]]["coordinates"]["ess_bulk"][1]
+        )
+    histogram = figures(at)["Marginal of v: every sampler on the same bins"]
+    bars = [t for t in histogram["data"] if t["type"] == "bar"]
+    assert [b["name"] for b in bars] == ["mala", "rwmh"] or [b["name"] for b in bars] == [
+        "rwmh",
+        "mala",
+    ]
+    np.testing.assert_array_equal(array(bars[0]["x"]), array(bars[1]["x"]))
