@@ -8,7 +8,7 @@ import streamlit as st
 
 import ui
 
-st.set_page_config(page_title="Basin", page_icon=":material/landscape:", layout="wide")
+st.set_page_config(page_title="Basin", page_icon="assets/basin.png", layout="wide")
 
 PAGES = [
     st.Page(

@@ -348,7 +348,9 @@ with estimate_tab:
         st.session_state.pop("net.shown", None)
     if runs:
         labels = {
-            r.id: f"{r.id} · {r.spec['target']['name']} · {r.spec['sampler']['name']} · {r.status}"
+            # No status here: a selectbox keeps its first label, so it would stay "queued".
+            r.id: f"{r.id} · {r.spec['target']['name']} · {r.spec['sampler']['name']} · "
+            f"{r.spec['chains']} chains × {r.spec['steps']} steps"
             for r in runs
         }
         c1, c2 = st.columns([3, 1])

@@ -44,8 +44,9 @@ def browser_page():
 
 
 def screenshot(page, name: str) -> Path:
-    """Saved under tests/artifacts/ (kept by CI as the test's artifact)."""
+    """The viewport (Streamlit scrolls inside its own container), saved under tests/artifacts/
+    (kept by CI as the test's artifact)."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path))
     return path

@@ -73,6 +73,9 @@ def chromium(width: int = 1400, height: int = 1000):
         page.console_errors = []
         page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
         page.on("pageerror", lambda e: page.console_errors.append(str(e)))
+        page.failed_requests = []
+        page.on("requestfailed", lambda r: page.failed_requests.append(r.url))
+        page.on("response", lambda r: r.status >= 400 and page.failed_requests.append(r.url))
         try:
             yield page
         finally:

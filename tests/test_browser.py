@@ -1,0 +1,91 @@
+"""The app in a real browser: ``streamlit run app.py`` on a free 127.0.0.1 port with its own
+store, driven through Debian's Chromium (Playwright); screenshots land in tests/artifacts/."""
+
+from __future__ import annotations
+
+import re
+
+from browser import browser_page, screenshot, server  # noqa: F401  (fixtures)
+
+LOAD_MS = 90_000  # the first page load imports torch in the server
+RUN_MS = 180_000
+
+
+def choose(page, label: str, option: str) -> None:
+    """Pick ``option`` in the Streamlit selectbox labelled ``label``."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
+    box.click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def fill_number(page, label: str, value: int) -> None:
+    field = page.get_by_role("spinbutton", name=label, exact=True)
+    field.fill(str(value))
+    field.press("Enter")
+
+
+def settle(page) -> None:
+    """Wait until the script run that the last interaction started has finished."""
+    page.wait_for_timeout(300)
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=LOAD_MS)
+
+
+def assert_clean(page) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+    assert page.console_errors == [], (page.console_errors, page.failed_requests)
+
+
+def test_playground_runs_mala_on_the_funnel_and_shows_its_histogram(server, browser_page):  # noqa: F811
+    page = browser_page
+    page.goto(server, timeout=LOAD_MS)
+    page.get_by_text("Potential").first.wait_for(timeout=LOAD_MS)
+    settle(page)
+    choose(page, "Potential", "funnel")
+    settle(page)
+    choose(page, "Sampler", "mala")
+    settle(page)
+    fill_number(page, "steps", 500)
+    settle(page)
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text("Run completed.").wait_for(timeout=RUN_MS)
+    settle(page)
+    # the marginal histogram of v against its exact N(0, 9), among the run's figures
+    histogram = page.locator(".js-plotly-plot").filter(has_text=re.compile("exact")).first
+    histogram.wait_for()
+    histogram.scroll_into_view_if_needed()
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Run shown")
+    shown = (
+        box.inner_text()
+        + " "
+        + " ".join(box.locator("input").evaluate_all("(xs) => xs.map((x) => x.value)"))
+    )
+    assert "funnel" in shown and "mala" in shown, shown
+    screenshot(page, "playground-funnel-mala")
+    assert_clean(page)
+
+
+def test_networks_page_shows_a_live_llc_for_a_tiny_dln(server, browser_page):  # noqa: F811
+    page = browser_page
+    page.goto(server, timeout=LOAD_MS)  # as a user arrives; a deep link makes Streamlit probe
+    page.get_by_text("Potential").first.wait_for(timeout=LOAD_MS)  # its base path with 404s
+    settle(page)
+    page.locator('[data-testid="stSidebarNav"]').get_by_text("Networks & LLC").click()
+    page.get_by_text("Network", exact=True).first.wait_for(timeout=LOAD_MS)
+    settle(page)
+    choose(page, "Network", "dln")
+    settle(page)
+    choose(page, "w0", "truth")  # the generating point: no training before the chains start
+    settle(page)
+    fill_number(page, "chains", 2)
+    fill_number(page, "steps", 20_000)
+    fill_number(page, "burn-in", 0)
+    settle(page)
+    page.get_by_role("button", name="Run", exact=True).click()
+    # a live value: the estimate's figure, drawn from the flushes while the run goes on
+    estimate = page.locator(".js-plotly-plot").filter(has_text="LLC estimate").first
+    estimate.wait_for(timeout=RUN_MS)
+    settle(page)
+    estimate.scroll_into_view_if_needed()
+    screenshot(page, "networks-dln-llc")
+    assert_clean(page)
