@@ -89,7 +89,17 @@ def _connect(path: Path, create: bool) -> sqlite3.Connection:
     """Autocommit connection (transactions are explicit); mode=rw never recreates a deleted file."""
     uri = f"{path.as_uri()}?mode={'rwc' if create else 'rw'}"
     conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    # Switching a new file to WAL takes an exclusive lock without SQLite's busy handler, so two
+    # processes opening a fresh store at once can see "database is locked": wait it out.
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
     conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: never corrupt, at most the last tx
     return conn
 
