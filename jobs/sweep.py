@@ -240,8 +240,8 @@ def calibration_results(store: Store, sweep: dict) -> dict:
             flags.append("nan")
         if summary["spikes"]:
             flags.append("spikes")
-        mean, half = summary["mean"], summary["dim"] / 2
-        if mean is None or not 0 < mean <= half:
+        mean = summary["mean"]
+        if mean is None or llc.out_of_range(mean, summary["se"], summary["dim"]):
             flags.append("out_of_range")
         if not summary["plateaued"]:
             flags.append("no_plateau")

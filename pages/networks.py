@@ -366,8 +366,9 @@ with estimate_tab:
 with calibrate_tab:
     st.markdown(
         "The setup above over a grid of step sizes ε and nβ values, one run per cell. A cell is "
-        "**stable** when no chain diverged, the loss did not spike, λ̂ lies in (0, d/2] and has "
-        "plateaued; the recommendation is the largest stable ε for each nβ."
+        "**stable** when no chain diverged, the loss did not spike, λ̂ lies in (0, d/2] within "
+        "2 standard errors and has plateaued; the recommendation is the largest stable ε for "
+        "each nβ."
     )
     c1, c2 = st.columns(2)
     with c1:
@@ -426,7 +427,8 @@ diverged (NaN) is left out and counted.
 starts at the generating parameters where the target knows them, *init* at a random
 initialisation.
 
-**Health.** λ̂ can never exceed d/2 nor be negative at a true local minimum; NaN chains and
+**Health.** λ̂ can never exceed d/2 nor be negative at a true local minimum (flagged when it
+does by more than 2 standard errors, since at a regular point the truth is d/2); NaN chains and
 loss spikes mean the step size is too large; a low MALA acceptance of an SGLD step means the
 discretisation biases the chains; minibatch gradient noise comparable to the injected noise
 heats the posterior. The calibration grid shows all of these across step sizes at once.

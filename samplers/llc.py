@@ -193,6 +193,24 @@ def spikes(losses: np.ndarray, baseline: float, nbeta: float, dim: int) -> np.nd
         return (outlier & excess).sum(0)
 
 
+RANGE_SE = 2.0  # how many standard errors past (0, d/2] an estimate must be to be flagged
+
+
+def out_of_range(mean: float | None, se: float | None, dim: int) -> str | None:
+    """Whether an estimate is "above" d/2 or "below" 0 by more than RANGE_SE standard errors.
+
+    At a regular point the truth is d/2 itself, so half of all honest estimates land above it by
+    Monte Carlo error alone; only an excess beyond that error says the step or locality is off."""
+    if mean is None:
+        return None
+    margin = RANGE_SE * (se or 0.0)
+    if mean - margin > dim / 2:
+        return "above"
+    if mean + margin < 0:
+        return "below"
+    return None
+
+
 def health(
     est: Estimate,
     dim: int,
@@ -212,16 +230,18 @@ def health(
             f"{est.nan_chains} of {est.chains} chains diverged (NaN/Inf) and are left out: the "
             "step size is too large for the curvature at w0 (or nbeta too large for it)",
         )
-    if est.mean is not None and est.mean > dim / 2:
+    side = out_of_range(est.mean, est.se, dim)
+    if side == "above":
         warn(
             "above_max",
-            f"lambda_hat = {est.mean:.4g} exceeds d/2 = {dim / 2:g}, which no true LLC can: the "
-            "step size is too large, or the chains left the neighbourhood of w0",
+            f"lambda_hat = {est.mean:.4g} (SE {est.se:.2g}) exceeds d/2 = {dim / 2:g}, which no "
+            "true LLC can: the step size is too large, or the chains left the neighbourhood of w0",
         )
-    if est.mean is not None and est.mean < 0:
+    if side == "below":
         warn(
             "negative",
-            f"lambda_hat = {est.mean:.4g} < 0: the chains found lower loss than w0, so w0 is not "
+            f"lambda_hat = {est.mean:.4g} (SE {est.se:.2g}) < 0: the chains found lower loss than "
+            "w0, so w0 is not "
             "a local minimum (train longer), the chains are not local (raise localization), "
             "or the baseline is a noisy minibatch loss",
         )

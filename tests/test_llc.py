@@ -114,6 +114,9 @@ def test_health_names_the_problem_and_its_cause():
     assert codes(ok, noise_ratio=2.0) == ["gradient_noise"]
     assert codes(ok, spike_counts=np.array([0, 2])) == ["spikes"]
     assert "step size" in llc.health(llc.summarise(np.array([30.0]), 9), 20)[0]["message"]
+    # At a regular point the truth is d/2: an excess within 2 SE of it is Monte Carlo error.
+    assert llc.out_of_range(10.02, 0.05, 20) is None and llc.out_of_range(10.2, 0.05, 20) == "above"
+    assert llc.out_of_range(-0.05, 0.05, 20) is None and llc.out_of_range(-0.2, 0.05, 20) == "below"
 
 
 def test_training_reaches_the_least_squares_solution():
