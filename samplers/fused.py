@@ -168,20 +168,25 @@ def run_fused(
 ) -> tuple[State, list[Info]]:
     """``steps`` steps in compiled chunks of ``chunk`` steps; the last one padded with no-ops.
 
-    A chain's first step, and the first fused run of a kernel on a target, take one eager step
-    through a ``Recorder`` (chunks start at step >= 1 and need to know the draws of a step)."""
+    A chain's first step runs eagerly (kernels may start differently; chunks assume step >= 1).
+    The draws a step makes are learned once per compiled entry from a dry step on a throwaway
+    generator, so the run's own random stream is consumed the same way whether the chunk was
+    compiled in this call or reused from an earlier run: a seed gives the same run either way."""
     if steps == 0:
         return state, []
     basis = positions if isinstance(positions, Tensor) else None
     entry = compiled_entry(kernel, target, state, basis is not None or bool(positions))
-    recorder = Recorder(generator)
     infos = []
-    if entry.plan is None or state.step == 0:
-        state, info = kernel.step(state, target, recorder)
+    if state.step == 0:
+        state, info = kernel.step(state, target, generator)
         info.position = trace(state.position, positions)
         infos.append(info)
         steps -= 1
-        entry.plan = recorder.plan
+    if entry.plan is None:
+        dry = Recorder(torch.Generator(device=state.position.device).manual_seed(0))
+        kernel.step(state, target, dry)
+        entry.plan = dry.plan
+    recorder = Recorder(generator)
     recorder.plan = entry.plan
     # A short run takes the smallest power of two that covers it: padding wastes < 2x, and
     # only a handful of lengths are ever compiled.

@@ -232,9 +232,14 @@ def in_process(home: Path, sampler: str, params: dict, **spec) -> tuple[dict, di
     return summary, store.read(run_id)
 
 
-def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path):
-    # flush_every: flushes at fixed steps (blocks never depend on timing either way)
-    spec = {"chains": 16, "steps": 300, "thin": 2, "flush_every": 100}
+@pytest.mark.parametrize("flush_every", [100, 0])  # fixed flushes; or every ~0.5 s (auto)
+def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path, flush_every):
+    from jobs.spec import _built
+
+    # Blocks never depend on timing. The first run compiles its chunks; the second reuses them
+    # (the process keeps the kernel it built), and must draw the same noise all the same.
+    _built.cache_clear()
+    spec = {"chains": 16, "steps": 300, "thin": 2, "flush_every": flush_every}
     runs = [in_process(tmp_path / h, "mala", {"step_size": 0.1}, **spec)[1] for h in "ab"]
     assert runs[0].keys() == runs[1].keys() and len(runs[0]["step"]) == 150
     for name in runs[0]:
