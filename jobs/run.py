@@ -28,6 +28,9 @@ FLUSH_SECONDS = 0.5
 DIAGNOSTIC_CHAINS = 256
 BLOCK_ELEMENTS = 2**22  # chain x parameter x step elements per block: bounds memory and latency
 MAX_BLOCK = 256  # the fused path's chunk: one compiled length serves every block of a run
+# The first block runs eagerly and is flushed at once, so whoever watches sees the first records
+# in well under a second instead of after the fused path's compile (seconds, once per run).
+FIRST_BLOCK = 16
 RECORDED = {"step", "loss", "accepted", "diverged", "position"}  # the rest: kernel scalars
 
 
@@ -103,20 +106,21 @@ def execute(
         if should_stop():
             stopped = True
             break
-        n = min(block, spec.steps - done)
+        first = done == 0 and not spec.flush_every
+        n = min(FIRST_BLOCK if first else block, spec.steps - done)
         # Full positions when snapshots are due (projected in ``keep``), else what is recorded.
         record = (
             True
             if records.snapshot_every
             else (basis if basis is not None else est.positions == "all")
         )
-        fused = kernel.fusable
+        fused = kernel.fusable and not first
         state, info = kernel.run(state, target, generator, n, fused=fused, positions=record)
         records.keep(done, info)
         for observer in observers.values():
             observer.block(done, info)
         done += n
-        if spec.flush_every or time.perf_counter() - last_flush >= FLUSH_SECONDS:
+        if first or spec.flush_every or time.perf_counter() - last_flush >= FLUSH_SECONDS:
             records.flush()
             for observer in observers.values():
                 observer.flush(done, state)
