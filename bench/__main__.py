@@ -7,6 +7,7 @@
     python -m bench setup-devinterp         # bench/.devinterp-venv with devinterp 1.3.2
     python -m bench llc [--repeats 5] [--quick] [--no-record]
     python -m bench surface [--repeats 5] [--quick] [--no-record]
+    python -m bench app [--repeats 5] [--quick] [--no-record]
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately (Basin, peer,
 Basin, peer, ...) ``--repeats`` times, prints the median chain-steps per second of each side and
@@ -312,6 +313,45 @@ def surface_bench(args: argparse.Namespace) -> None:
     print(f"recorded in {RESULTS}")
 
 
+def app_bench(args: argparse.Namespace) -> None:
+    from . import app as bench_app
+
+    r = bench_app.run(args.repeats, args.quick)
+    rerun = r["rerun"]
+    print(json.dumps(r, indent=1))
+    if args.no_record or args.quick:
+        return
+    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    warm = ", ".join(f"{x:.2f}" for x in r["first_point_warm"])
+    reruns = ", ".join(f"{x * 1e3:.0f}" for x in rerun["seconds"])
+    block = [
+        "",
+        f"## {stamp}: the app",
+        "",
+        f"`python -m bench {shlex.join(sys.argv[1:])}`. Goals (issue 7): first live point under "
+        "2 s after clicking Run; a page rerun under 300 ms while a 4096-chain run streams.",
+        "",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
+        f"{platform.python_version()}; torch {__import__('torch').__version__}.",
+        "",
+        "| measurement | median | all |",
+        "|---|---:|---|",
+        f"| click Run -> first live point, Chromium, banana MALA 32 chains (warm) | "
+        f"{r['first_point_median']:.2f} s | {warm} |",
+        f"| the same, first run of the worker (compiles the kernel) | "
+        f"{r['first_point_cold']:.2f} s | |",
+        f"| Playground rerun (AppTest, server side) while 4096 chains stream | "
+        f"{r['rerun_median'] * 1e3:.0f} ms | {reruns} |",
+        "",
+        f"The streaming run recorded {rerun['records'][0]} to {rerun['records'][-1]} steps "
+        "during the reruns.",
+        "",
+    ]
+    with RESULTS.open("a") as f:
+        f.write("\n".join(block) + "\n")
+    print(f"recorded in {RESULTS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -339,8 +379,14 @@ def main() -> None:
     surface.add_argument("--repeats", type=int, default=5)
     surface.add_argument("--quick", action="store_true", help="one repeat, nothing recorded")
     surface.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    app = sub.add_parser("app", help="click-to-first-point and rerun times of the app")
+    app.add_argument("--repeats", type=int, default=5)
+    app.add_argument("--quick", action="store_true", help="two clicks, three reruns, not recorded")
+    app.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args()
-    if args.command == "surface":
+    if args.command == "app":
+        app_bench(args)
+    elif args.command == "surface":
         surface_bench(args)
     elif args.command == "setup-peer":
         setup_peer(args.cuda)

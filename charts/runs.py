@@ -84,7 +84,7 @@ def density_figure(
     if cloud is not None and len(cloud):
         cloud = np.asarray(cloud, dtype=float)
         fig.add_trace(
-            go.Scattergl(
+            go.Scatter(
                 x=cloud[:, 0],
                 y=cloud[:, 1],
                 mode="markers",
@@ -154,7 +154,7 @@ def trace_figure(
     names = [f"chain {i}" for i in range(values.shape[1])] if names is None else list(names)
     fig = go.Figure(
         [
-            go.Scattergl(
+            go.Scatter(
                 x=step, y=values[:, i], mode="lines", line={"color": _color(i)}, name=names[i]
             )
             for i in range(values.shape[1])

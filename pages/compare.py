@@ -24,65 +24,24 @@ from jobs.store import FINAL
 from landscapes import ParamError
 from samplers import diagnostics
 from samplers.explain import explain
+from ui.truths import (
+    DEFAULTS,
+    EXACT_DRAWS,
+    POTENTIALS,
+    even_sample,
+    exact_draws,
+    labels_of,
+    tail_ess,
+    target_of,
+    targets_exact,
+)
 
-POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "potential"]
 SAMPLERS = list(samplers.REGISTRY)
-DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
-EXACT_DRAWS = 20_000
 CURVE_POINTS = 401
 BINS = 60
 MAX_TRACE = 2000
-DIAGNOSTIC_CHAINS = 256  # as jobs.run
 GROUP_SECONDS = 5.0  # runs of one Run click are created within this of each other
 NAMES = ["step", "position", "accepted", "diverged"]
-
-
-@st.cache_resource(max_entries=32, show_spinner=False)
-def target_of(name: str, params_json: str) -> landscapes.Target | ParamError:
-    """The target on the CPU in float64, for closed-form truths only (or its error)."""
-    try:
-        return landscapes.make(name, device="cpu", dtype="float64", **json.loads(params_json))
-    except ParamError as exc:
-        return exc
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def exact_draws(name: str, params_json: str) -> np.ndarray | None:
-    target = target_of(name, params_json)
-    if target.exact_sample is None:
-        return None
-    return target.exact_sample(torch.Generator().manual_seed(20_250_131), EXACT_DRAWS).numpy()
-
-
-@st.cache_data(max_entries=128, show_spinner=False)
-def tail_ess(run_id: str, burn: int) -> list[float] | None:
-    """ESS of the 5% and 95% quantiles per coordinate of a finished run (not in its summary)."""
-    data = ui.store().read(run_id, names=["position", "diverged"])
-    if "position" not in data or data["position"].shape[0] - burn < 4:
-        return None
-    draws = np.moveaxis(data["position"][burn:, ~data["diverged"][-1]], 0, 1)
-    if not draws.shape[0]:
-        return None
-    return np.atleast_1d(diagnostics.ess_tail(draws[:DIAGNOSTIC_CHAINS].astype(float))).tolist()
-
-
-def labels_of(target: landscapes.Target) -> list[str]:
-    if target.name == "custom" and target.dim == 2:
-        return ["x", "y"]
-    out = []
-    for key, shape in target.layout.items():
-        size = math.prod(shape)
-        out += [key] if size == 1 else [f"{key}{i}" for i in range(size)]
-    return out
-
-
-def targets_exact(sampler_params: dict) -> bool:
-    """Truths hold for exp(-L): nbeta 1 (a potential's own), no localization, temperature 1."""
-    return (
-        sampler_params.get("nbeta") in (None, 1.0)
-        and not sampler_params.get("localization")
-        and sampler_params.get("temperature", 1.0) == 1.0
-    )
 
 
 def fmt(value, digits: int = 3) -> str:
@@ -182,8 +141,9 @@ if st.button("Run all", type="primary", key="cmp.run"):
         except SpecError as exc:
             ui.spec_error(exc)
         else:
-            ids = [ui.submit(spec) for spec in specs]
-            st.session_state["cmp.shown"] = ",".join(i for i in ids if i)
+            ids = [i for i in (ui.submit(spec) for spec in specs) if i]
+            st.session_state["cmp.shown"] = ",".join(ids)
+            ui.await_first_records(ids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,9 +187,7 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
         st.info("These runs were deleted.")
         return
     done = all(r.status in FINAL for r in records.values())
-    if done and st.session_state.get("cmp.polling") == ",".join(ids):
-        st.session_state["cmp.polling"] = None
-        st.rerun()  # once: the page redraws without the timer
+    ui.stop_polling("cmp.polling", ",".join(ids), done)
     first = next(iter(records.values())).spec
     params_json = json.dumps(first["target"]["params"], sort_keys=True)
     target = target_of(first["target"]["name"], params_json)
@@ -249,9 +207,8 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
         data[name] = ui.Live(store, run_id, names=NAMES).update()
         exact_ok[name] = targets_exact(record.spec["sampler"]["params"])
         position = data[name].get("position")
-        if position is not None and len(position):
-            good = ~data[name]["diverged"][-1]
-            draws[name] = position[burn:, good]
+        if position is not None and len(position):  # an even subsample: reruns stay flat
+            draws[name] = even_sample(position, data[name]["diverged"], burn)[0]
     if not draws:
         st.caption("Waiting for the first samples…")
         return
@@ -365,8 +322,7 @@ else:
     )
     show = d2.slider("chains drawn per trace", 1, 16, 4, key="cmp.show")
     running = any(r.status not in FINAL for r in group)
-    st.session_state["cmp.polling"] = shown if running else None
-    st.fragment(live_group, run_every=1.0 if running else None)(ids, coord, show)
+    ui.poll(live_group, "cmp.polling", shown, not running, 1.0, ids, coord, show)
 
 # ---------------------------------------------------------------------------------------------
 # Explanation: of the samplers shown (else of those picked above).

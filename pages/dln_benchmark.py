@@ -133,9 +133,7 @@ def live_sweep(sweep_id: str) -> None:
         return
     result = sweeps.dln_results(store, sweep)
     progress = result["progress"]
-    if progress["done"] == progress["runs"] and st.session_state.get("dln.polling") == sweep_id:
-        st.session_state["dln.polling"] = None
-        st.rerun()  # once: the page redraws without the timer
+    ui.stop_polling("dln.polling", sweep_id, progress["done"] == progress["runs"])
     by_status = ", ".join(f"{n} {s}" for s, n in sorted(progress["by_status"].items()))
     st.progress(
         progress["done"] / max(progress["runs"], 1),
@@ -222,9 +220,8 @@ else:
     if c2.button("Delete this sweep and its runs", key="dln.delete"):
         store.delete_sweep(shown)
         st.rerun()
-    every = None if progress[shown]["done"] == progress[shown]["runs"] else 2.0
-    st.session_state["dln.polling"] = shown if every else None
-    st.fragment(live_sweep, run_every=every)(shown)
+    done = progress[shown]["done"] == progress[shown]["runs"]
+    ui.poll(live_sweep, "dln.polling", shown, done, 2.0, shown)
 
 with st.expander("How to read these plots"):
     st.markdown(

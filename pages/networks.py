@@ -167,9 +167,7 @@ def live_run(run_id: str) -> None:
     except KeyError:
         st.info("This run was deleted.")
         return
-    if record.status in FINAL and st.session_state.get("net.polling") == run_id:
-        st.session_state["net.polling"] = None
-        st.rerun()  # once: the page redraws without the timer
+    ui.stop_polling("net.polling", run_id, record.status in FINAL)
     ui.progress_bar(record)
     info = facts_of(record.spec)
     train = store.get_array(run_id, "train_loss")
@@ -279,9 +277,7 @@ def live_calibration(sweep_id: str) -> None:
         return
     result = sweeps.calibration_results(store, sweep)
     progress = result["progress"]
-    if progress["done"] == progress["runs"] and st.session_state.get("cal.polling") == sweep_id:
-        st.session_state["cal.polling"] = None
-        st.rerun()
+    ui.stop_polling("cal.polling", sweep_id, progress["done"] == progress["runs"])
     st.progress(
         progress["done"] / max(progress["runs"], 1),
         text=f"{progress['done']}/{progress['runs']} runs done",
@@ -357,9 +353,7 @@ with estimate_tab:
         shown = c1.selectbox("Run", ids, format_func=labels.get, key="net.shown")
         c2.segmented_control("Band", ["SE", "SD"], default="SE", key="net.band")
         status = store.get(shown).status
-        every = None if status in FINAL else 1.0
-        st.session_state["net.polling"] = shown if every else None
-        st.fragment(live_run, run_every=every)(shown)
+        ui.poll(live_run, "net.polling", shown, status in FINAL, 1.0, shown)
     else:
         st.info("No LLC runs yet: pick a network and a sampler above, then Run.")
 
@@ -408,9 +402,8 @@ with calibrate_tab:
             st.rerun()
         sweep = store.get_sweep(shown)
         progress = sweeps.progress(store, sweep)
-        every = None if progress["done"] == progress["runs"] else 2.0
-        st.session_state["cal.polling"] = shown if every else None
-        st.fragment(live_calibration, run_every=every)(shown)
+        done = progress["done"] == progress["runs"]
+        ui.poll(live_calibration, "cal.polling", shown, done, 2.0, shown)
     else:
         st.info("No calibrations yet.")
 

@@ -24,17 +24,24 @@ from jobs.store import FINAL
 from landscapes import ParamError
 from samplers import diagnostics
 from samplers.explain import POSTERIOR, explain
+from ui.truths import (
+    DEFAULTS,
+    EXACT_DRAWS,
+    POTENTIALS,
+    even_sample,
+    exact_draws,
+    labels_of,
+    tail_ess,
+    target_of,
+    targets_exact,
+)
 
-POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "potential"]
 SAMPLERS = list(samplers.REGISTRY)
-DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
 GRID = 161  # grid points per axis of the density contours
-EXACT_DRAWS = 20_000
 CURVE_POINTS = 401  # odd: the grid of a symmetric range holds its midpoint
 BINS = 60
-MAX_CLOUD = 4000  # draws shown as markers
-MAX_TRACE = 2000  # points per chain in a trace
-DIAGNOSTIC_CHAINS = 256  # as jobs.run: ArviZ on more chains costs seconds and says no more
+MAX_CLOUD = 2000  # draws shown as markers (SVG: each costs the browser ~40 us to draw)
+MAX_TRACE = 1000  # points per chain in a trace (more than a chart of this width shows)
 NAMES = ["step", "position", "loss", "accepted", "diverged"]
 
 
@@ -51,25 +58,6 @@ def param_error(exc: ParamError) -> None:
         st.code(rest, language=None)
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
-def target_of(name: str, params_json: str) -> landscapes.Target | ParamError:
-    """The target on the CPU in float64, for closed-form evaluations only (or its error)."""
-    try:
-        return landscapes.make(name, device="cpu", dtype="float64", **json.loads(params_json))
-    except ParamError as exc:
-        return exc
-
-
-def labels_of(target: landscapes.Target) -> list[str]:
-    if target.name == "custom":
-        return ["x", "y"][: target.dim] if target.dim <= 2 else [f"w{i}" for i in range(target.dim)]
-    out = []
-    for key, shape in target.layout.items():
-        size = math.prod(shape)
-        out += [key] if size == 1 else [f"{key}{i}" for i in range(size)]
-    return out
-
-
 @st.cache_data(max_entries=32, show_spinner=False)
 def density_grid(name: str, params_json: str, nbeta: float, temperature: float) -> dict:
     """-U = -(nbeta L + prior) / T on a GRID x GRID grid over the target's bounds."""
@@ -82,15 +70,6 @@ def density_grid(name: str, params_json: str, nbeta: float, temperature: float) 
         # A custom formula may be constant in w: broadcast to one value per grid point.
         energy = torch.broadcast_to(nbeta * target.loss(w) + target.prior_energy(w), (len(w),))
     return {"xs": xs, "ys": ys, "log_density": (-energy / temperature).reshape(GRID, GRID).numpy()}
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def exact_draws(name: str, params_json: str) -> np.ndarray | None:
-    target = target_of(name, params_json)
-    if target.exact_sample is None:
-        return None
-    generator = torch.Generator().manual_seed(20_250_131)
-    return target.exact_sample(generator, EXACT_DRAWS).numpy()
 
 
 def exact_tail(target: landscapes.Target, exact: np.ndarray | None, i: int, t: float):
@@ -113,15 +92,6 @@ def exact_moments(target: landscapes.Target, exact: np.ndarray | None, i: int) -
     return None, None
 
 
-def targets_exact(sampler_params: dict) -> bool:
-    """Truths hold for exp(-L): nbeta 1 (a potential's own), no localization, temperature 1."""
-    return (
-        sampler_params.get("nbeta") in (None, 1.0)
-        and not sampler_params.get("localization")
-        and sampler_params.get("temperature", 1.0) == 1.0
-    )
-
-
 def is_playground_run(spec: dict) -> bool:
     target = spec["target"]
     return (
@@ -134,19 +104,6 @@ def is_playground_run(spec: dict) -> bool:
 
 def fmt(value, digits: int = 3) -> str:
     return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}g}"
-
-
-@st.cache_data(max_entries=64, show_spinner="Computing tail ESS…")
-def tail_ess(run_id: str, burn: int) -> list[float] | None:
-    """ESS of the 5% and 95% quantiles per coordinate of a finished run (not in its summary)."""
-    data = ui.store().read(run_id, names=["position", "diverged"])
-    if "position" not in data or data["position"].shape[0] - burn < 4:
-        return None
-    good = ~data["diverged"][-1]
-    draws = np.moveaxis(data["position"][burn:, good], 0, 1)[:DIAGNOSTIC_CHAINS]
-    if not draws.shape[0]:
-        return None
-    return np.atleast_1d(diagnostics.ess_tail(draws.astype(np.float64))).tolist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,6 +138,7 @@ with left:
             )
         else:
             target = built
+    preview = st.empty()  # filled below, once the sampler's nbeta and temperature are known
 with right:
     sampler_name = st.selectbox("Sampler", SAMPLERS, key="pg.sampler_name")
     sampler_spec = samplers.REGISTRY[sampler_name]
@@ -188,6 +146,25 @@ with right:
     latex, paragraph = explain(sampler_name)
     if latex:
         st.latex(latex)
+
+if target is not None:
+    # The density the chains will sample, before any run: a typed formula shows at once what
+    # it means, and the page has its figure library loaded when the first samples arrive.
+    tempered = sampler_params or {}
+    nbeta = float(tempered.get("nbeta") or target.nbeta)
+    params_json = json.dumps(target_params, sort_keys=True)
+    grid = density_grid(target_name, params_json, nbeta, float(tempered.get("temperature", 1.0)))
+    preview.plotly_chart(
+        charts.density_figure(
+            grid["xs"],
+            grid["ys"],
+            grid["log_density"],
+            labels=labels_of(target),
+            title=f"{target_name}: the density sampled (log scale)",
+            height=300,
+        ),
+        key="pg.preview",
+    )
 
 c1, c2, c3, c4 = st.columns(4)
 chains = c1.number_input("chains", 1, 4096, 32, key="pg.chains")
@@ -209,6 +186,7 @@ if st.button("Run", type="primary", key="pg.run"):
         }
         if run_id := ui.submit(spec):
             st.session_state["pg.shown"] = run_id
+            ui.await_first_records([run_id])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,9 +286,7 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
     except KeyError:
         st.info("This run was deleted.")
         return
-    if record.status in FINAL and st.session_state.get("pg.polling") == run_id:
-        st.session_state["pg.polling"] = None
-        st.rerun()  # once: the page redraws without the timer
+    ui.stop_polling("pg.polling", run_id, record.status in FINAL)
     ui.progress_bar(record)
     ctx = context(record)
     if ctx is None:
@@ -324,9 +300,10 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
         return
     position, step = data["position"], data["step"]
     good = ~data["diverged"][-1]
-    draws = position[ctx["burn"] :, good] if len(position) > ctx["burn"] else position[:0, good]
-    flat = draws.reshape(-1, 2)
-    cloud = flat[:: max(1, len(flat) // MAX_CLOUD)]
+    # The views below read an even subsample after burn-in: a rerun's cost stays flat.
+    draws, every, total = even_sample(position, data["diverged"], ctx["burn"])
+    sample = draws.reshape(-1, 2)
+    cloud = sample[:: max(1, len(sample) // MAX_CLOUD)]
     shown = min(show, position.shape[1])
     paths = np.moveaxis(position[-trail:, :shown], 0, 1)
     c1, c2 = st.columns([3, 2])
@@ -346,7 +323,7 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
     )
     with c2:
         for i in range(2):
-            st.plotly_chart(histogram(ctx, draws, i), key=f"pg.hist.{run_id}.{i}")
+            st.plotly_chart(histogram(ctx, sample, i), key=f"pg.hist.{run_id}.{i}")
     stride = max(1, len(step) // MAX_TRACE)
     burn_step = record.spec["burn_in"] or None
     for i, col in enumerate(st.columns(2)):
@@ -368,18 +345,23 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
     summary = record.summary or {}
     accepted = data.get("accepted")
     acceptance = summary.get("acceptance")
-    if acceptance is None and accepted is not None and len(accepted) > ctx["burn"]:
-        acceptance = float(accepted[ctx["burn"] :, good].mean())  # live, until the summary
+    if acceptance is None and accepted is not None and total:  # live, until the summary
+        acceptance = float(accepted[ctx["burn"] :: every][:, good].mean())
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("acceptance", fmt(acceptance) if ctx["mh"] else "no MH step")
     m2.metric("diverged chains", int((~good).sum()))
-    m3.metric("draws after burn-in", f"{draws.shape[0] * draws.shape[1]:,}")
+    m3.metric("draws after burn-in", f"{total:,}")
     m4.metric("seconds", fmt(summary.get("seconds")))
     st.dataframe(
-        diagnostics_rows(ctx, record, draws, tails), hide_index=True, key=f"pg.diag.{run_id}"
+        diagnostics_rows(ctx, record, sample, tails), hide_index=True, key=f"pg.diag.{run_id}"
     )
     lo, hi = np.array(ctx["target"].bounds).T
-    outside = float(np.mean(((flat < lo) | (flat > hi)).any(-1))) if len(flat) else 0.0
+    outside = float(np.mean(((sample < lo) | (sample > hi)).any(-1))) if len(sample) else 0.0
+    if every > 1:
+        st.caption(
+            f"Histograms, tails, KS and the live acceptance use one record in {every}: "
+            f"{len(sample):,} of the {total:,} draws."
+        )
     if outside > 0.01:
         st.caption(f"{outside:.1%} of the draws lie outside the plotted range.")
     if record.status in FINAL:
@@ -513,9 +495,8 @@ else:
                     key=f"pg.tail.{shown_record.spec['target']['name']}.{i}",
                 )
             )
-    every = None if shown_record.status in FINAL else 1.0
-    st.session_state["pg.polling"] = shown_id if every else None
-    st.fragment(live_run, run_every=every)(shown_id, show, trail, log_scale, tails)
+    args = (shown_id, show, trail, log_scale, tails)
+    ui.poll(live_run, "pg.polling", shown_id, shown_record.status in FINAL, 0.5, *args)
 
     st.subheader("Step by step")
     if st.toggle("Replay the recorded steps one at a time", key="pg.replay_on"):

@@ -207,3 +207,20 @@ def test_compare_runs_each_sampler_on_one_budget(home):
         "mala",
     ]
     np.testing.assert_array_equal(array(bars[0]["x"]), array(bars[1]["x"]))
+
+
+def test_views_read_an_even_subsample_of_the_draws_after_burn_in():
+    from ui.truths import even_sample
+
+    rng = np.random.default_rng(0)
+    position = rng.normal(size=(1000, 8, 2))
+    diverged = np.zeros((1000, 8), bool)
+    diverged[600:, 3] = True  # chain 3 diverged at record 600: left out throughout
+    sample, every, total = even_sample(position, diverged, burn=100, limit=1000)
+    assert total == 900 * 7 and every == 7  # ceil(6300 / 1000)
+    good = [0, 1, 2, 4, 5, 6, 7]
+    np.testing.assert_array_equal(sample, position[100::7][:, good])
+    assert sample.size // 2 <= 1000
+    whole, every, total = even_sample(position, diverged, burn=100)
+    assert every == 1 and whole.shape == (900, 7, 2)
+    assert even_sample(position[:50], diverged[:50], burn=100)[2] == 0  # all still burn-in

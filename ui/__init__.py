@@ -6,7 +6,9 @@ widgets -> RunSpec -> ``submit``; ``Live`` (new records only) -> ``charts`` figu
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 
 import streamlit as st
 
@@ -14,18 +16,21 @@ from jobs.pool import ensure_supervisor, supervisor_pid
 from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import Store
 
-from .live import Live, progress_bar, run_status
+from .live import Live, poll, progress_bar, run_status, stop_polling
 from .widgets import param_inputs, spec_error
 
 __all__ = [
     "Live",
+    "await_first_records",
     "device_name",
     "ensure_pool",
     "param_inputs",
+    "poll",
     "progress_bar",
     "run_status",
     "sidebar",
     "spec_error",
+    "stop_polling",
     "store",
     "submit",
 ]
@@ -68,6 +73,28 @@ def submit(spec: dict) -> str | None:
         return None
     ensure_pool()
     return store().create(run.model_dump(mode="json"))
+
+
+FIRST_RECORDS_S = 0.6  # how long a page waits, right after Run, for a run's first records
+
+
+def await_first_records(run_ids: list[str], timeout: float = FIRST_RECORDS_S) -> None:
+    """Wait briefly, in the rerun that submitted them, until every run has records or has ended.
+
+    A warm worker records a run's first steps within ~0.2 s of the click; waiting for them here
+    shows them in this rerun instead of at the live view's next poll (0.5 s later, plus a rerun
+    when the run has already ended by then). Bounded: a run still compiling or training shows
+    its progress bar after ``timeout``, as before."""
+    s, deadline = store(), time.monotonic() + timeout
+    pending = set(run_ids)
+    while pending and time.monotonic() < deadline:
+        for run_id in list(pending):
+            with contextlib.suppress(KeyError):  # deleted meanwhile: nothing to wait for
+                if s.records(run_id) == 0 and s.get(run_id).status in ("queued", "running"):
+                    continue
+            pending.discard(run_id)
+        if pending:
+            time.sleep(0.02)
 
 
 def sidebar() -> None:

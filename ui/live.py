@@ -12,29 +12,54 @@ FINAL = ("completed", "cancelled", "failed", "interrupted")
 
 class Live:
     """A run's records so far, kept in the session and extended with only what is new at each
-    rerun (``Store.read(since=k)``), so a fragment polling every half second stays cheap."""
+    rerun (``Store.read(since=k)``), so a fragment polling every half second stays cheap: new
+    rows go into buffers that double when full, so a long run is never copied whole per poll."""
 
     def __init__(self, store: Store, run_id: str, series: str = "records", names=None):
         self.store, self.run_id, self.series = store, run_id, series
         key = f"live:{run_id}:{series}:{names}"
         if key not in st.session_state:
-            st.session_state[key] = {"since": 0, "parts": {}}
+            st.session_state[key] = {"since": 0, "buffers": {}}
         self.cache = st.session_state[key]
         self.names = names
 
     def update(self) -> dict[str, np.ndarray]:
         """Everything recorded so far, per name ([draws, ...]); {} before the first chunk."""
+        cache = self.cache
         new = self.store.read(
-            self.run_id, since=self.cache["since"], names=self.names, series=self.series
+            self.run_id, since=cache["since"], names=self.names, series=self.series
         )
-        if new:
-            count = len(next(iter(new.values())))
-            for name, array in new.items():
-                self.cache["parts"].setdefault(name, []).append(array)
-            self.cache["since"] += count
-            # One array per name from now on: the concatenation happens once per new chunk.
-            self.cache["parts"] = {k: [np.concatenate(v)] for k, v in self.cache["parts"].items()}
-        return {k: v[0] for k, v in self.cache["parts"].items()}
+        count = len(next(iter(new.values()))) if new else 0
+        if count:
+            end = cache["since"] + count
+            for name, rows in new.items():
+                buffer = cache["buffers"].get(name)
+                if buffer is None or len(buffer) < end:
+                    grown = np.empty(
+                        (max(end, 2 * cache["since"], 64), *rows.shape[1:]), rows.dtype
+                    )
+                    if buffer is not None:
+                        grown[: cache["since"]] = buffer[: cache["since"]]
+                    buffer = cache["buffers"][name] = grown
+                buffer[cache["since"] : end] = rows
+            cache["since"] = end
+        return {name: buffer[: cache["since"]] for name, buffer in cache["buffers"].items()}
+
+
+def poll(view, key: str, ident: str, done: bool, every: float, *args) -> None:
+    """Draw ``view(*args)`` as a fragment that reruns itself every ``every`` s until ``done``.
+
+    ``view`` calls ``stop_polling(key, ident, done)`` first: when what it watches has ended, a
+    single full rerun redraws the page without the timer (a fragment cannot drop its own)."""
+    st.session_state[key] = None if done else ident
+    st.fragment(view, run_every=None if done else every)(*args)
+
+
+def stop_polling(key: str, ident: str, done: bool) -> None:
+    """Inside a ``poll`` view: rerun the page once when ``ident`` is done (see ``poll``)."""
+    if done and st.session_state.get(key) == ident:
+        st.session_state[key] = None
+        st.rerun()
 
 
 def progress_bar(record: RunRecord) -> None:
