@@ -343,8 +343,8 @@ def app_bench(args: argparse.Namespace) -> None:
         f"| Playground rerun (AppTest, server side) while 4096 chains stream | "
         f"{r['rerun_median'] * 1e3:.0f} ms | {reruns} |",
         "",
-        f"The streaming run recorded {rerun['records'][0]} to {rerun['records'][-1]} steps "
-        "during the reruns.",
+        f"The streaming run (recording every {rerun['thin']}th step) had {rerun['records'][0]} "
+        f"to {rerun['records'][-1]} records during the reruns.",
         "",
     ]
     with RESULTS.open("a") as f:

@@ -6,10 +6,12 @@
     recorded samples) is on screen. Between repeats the store is emptied and the page reloaded,
     so each measurement waits for a new run. The first repeat includes the worker's first
     compile of the kernel ("cold"); the rest reuse it, as every later run of a session does.
-(b) A page rerun while a 4096-chain run streams: a banana MALA run of 4096 chains is executing
-    in a worker and recording every step; the Playground script, showing that run, is rerun
+(b) A page rerun while a 4096-chain run streams: a banana MALA run of 4096 chains x 100000
+    steps, submitted through the Playground (which thins it to at most 2e7 draws: every 21st
+    step), is executing in a worker; the Playground script, showing that run, is rerun
     through streamlit.testing's AppTest (the server-side script time of a full rerun, fetching
-    what is new from the store and building every figure; the browser's drawing is not in it).
+    what is new from the store and building every figure; the browser's drawing is not in it),
+    RERUN_GAP apart so that the reruns span several flushes of the run.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobs.pool import ensure_supervisor, stop_supervisor
-from jobs.spec import parse_spec
+from jobs.pool import stop_supervisor
 from jobs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 DENSITY = "chains' last"  # the density figure's title: drawn once a run has records
-STREAMING = 1000  # records of the 4096-chain run before the reruns are timed
+STREAMING = 100  # records of the 4096-chain run before the reruns are timed
+RERUN_GAP = 0.25  # s between reruns, so that they span several of the run's flushes
 
 
 def _empty(store: Store) -> None:
@@ -79,26 +81,27 @@ def rerun_while_streaming(repeats: int) -> dict:
     os.environ["BASIN_HOME"] = str(tmp)
     store = Store(tmp)
     try:
-        spec = parse_spec(
-            {
-                "target": {"name": "banana"},
-                "sampler": {"name": "mala", "params": {"step_size": 0.1}},
-                "chains": 4096,
-                "steps": 200_000,
-                "burn_in": 0,
-            }
-        )
-        run_id = store.create(spec.model_dump(mode="json"))
-        ensure_supervisor(store)
+        # Submitted through the page, as a user would: 4096 chains x 100000 steps, no burn-in,
+        # the page's own choice of thinning.
+        at = AppTest.from_file(str(ROOT / "pages" / "playground.py"), default_timeout=120)
+        at.run()
+        at.selectbox(key="pg.target_name").set_value("banana").run()
+        at.selectbox(key="pg.sampler_name").set_value("mala").run()
+        at.number_input(key="pg.chains").set_value(4096)
+        at.number_input(key="pg.steps").set_value(100_000)
+        at.number_input(key="pg.burn_pct").set_value(0)
+        at.button(key="pg.run").click().run()
+        (record,) = store.list()
+        run_id = record.id
         deadline = time.monotonic() + 120
         while store.records(run_id) < STREAMING:  # past the compile: records arriving steadily
             if time.monotonic() > deadline:
                 raise RuntimeError("the 4096-chain run did not start streaming")
             time.sleep(0.2)
-        at = AppTest.from_file(str(ROOT / "pages" / "playground.py"), default_timeout=120)
-        at.run()  # the first run imports and builds the caches, as a page's first visit does
+        at.run()  # catch up with what was recorded while waiting
         times, records = [], []
         for _ in range(repeats):
+            time.sleep(RERUN_GAP)
             start = time.perf_counter()
             at.run()
             times.append(time.perf_counter() - start)
@@ -106,7 +109,8 @@ def rerun_while_streaming(repeats: int) -> dict:
             if at.exception:
                 raise RuntimeError(at.exception[0].value)
         store.request_cancel(run_id)
-        return {"seconds": times, "records": records, "status": store.get(run_id).status}
+        status = store.get(run_id).status
+        return {"seconds": times, "records": records, "thin": record.spec["thin"], "status": status}
     finally:
         stop_supervisor(store)
         if old is None:

@@ -181,7 +181,7 @@ class Records:
         rows = torch.arange(offset, info.loss.shape[0], thin, device=info.loss.device)
         kept = {"step": rows + first_step, "loss": info.loss[rows], "diverged": info.diverged[rows]}
         if self.mh:
-            kept["accepted"] = info.accepted[rows]
+            kept["accepted"] = info.accepted[rows] > 0.5  # bool: a quarter of the bytes
         if info.position is not None:
             position = info.position[rows]
             if self.snapshot_every:  # full positions: keep the due snapshots, record the projection

@@ -31,6 +31,7 @@ from ui.truths import (
     even_sample,
     exact_draws,
     labels_of,
+    run_length,
     tail_ess,
     target_of,
     targets_exact,
@@ -99,11 +100,6 @@ with left:
         else:
             target_ok = True
             st.caption(f"d = {built.dim}")
-    c1, c2, c3, c4 = st.columns(4)
-    chains = c1.number_input("chains", 1, 4096, 32, key="cmp.chains")
-    steps = c2.number_input("steps", 10, 100_000, 2000, step=100, key="cmp.steps")
-    burn_pct = c3.number_input("burn-in (%)", 0, 90, 10, key="cmp.burn_pct")
-    seed = c4.number_input("seed", 0, 2**31 - 1, 0, key="cmp.seed")
 with right:
     chosen = st.multiselect("Samplers", SAMPLERS, default=["mala", "hmc"], key="cmp.samplers")
     sampler_params = {}
@@ -115,6 +111,8 @@ with right:
             sampler_params[name] = ui.param_inputs(
                 samplers.REGISTRY[name], key="cmp.sampler", defaults=DEFAULTS
             )
+
+length = run_length("cmp")
 
 if st.button("Run all", type="primary", key="cmp.run"):
     if len(chosen) < 2:
@@ -128,10 +126,7 @@ if st.button("Run all", type="primary", key="cmp.run"):
             {
                 "target": {"name": target_name, "params": target_params},
                 "sampler": {"name": name, "params": sampler_params[name]},
-                "chains": int(chains),
-                "steps": int(steps),
-                "burn_in": int(steps) * int(burn_pct) // 100,
-                "seed": int(seed),
+                **length,
             }
             for name in chosen
         ]

@@ -31,6 +31,7 @@ from ui.truths import (
     even_sample,
     exact_draws,
     labels_of,
+    run_length,
     tail_ess,
     target_of,
     targets_exact,
@@ -166,11 +167,7 @@ if target is not None:
         key="pg.preview",
     )
 
-c1, c2, c3, c4 = st.columns(4)
-chains = c1.number_input("chains", 1, 4096, 32, key="pg.chains")
-steps = c2.number_input("steps", 10, 100_000, 2000, step=100, key="pg.steps")
-burn_pct = c3.number_input("burn-in (% of steps)", 0, 90, 10, key="pg.burn_pct")
-seed = c4.number_input("seed", 0, 2**31 - 1, 0, key="pg.seed")
+length = run_length("pg")
 
 if st.button("Run", type="primary", key="pg.run"):
     if target is None or sampler_params is None:
@@ -179,10 +176,7 @@ if st.button("Run", type="primary", key="pg.run"):
         spec = {
             "target": {"name": target_name, "params": target_params},
             "sampler": {"name": sampler_name, "params": sampler_params},
-            "chains": int(chains),
-            "steps": int(steps),
-            "burn_in": int(steps) * int(burn_pct) // 100,
-            "seed": int(seed),
+            **length,
         }
         if run_id := ui.submit(spec):
             st.session_state["pg.shown"] = run_id

@@ -224,3 +224,10 @@ def test_views_read_an_even_subsample_of_the_draws_after_burn_in():
     whole, every, total = even_sample(position, diverged, burn=100)
     assert every == 1 and whole.shape == (900, 7, 2)
     assert even_sample(position[:50], diverged[:50], burn=100)[2] == 0  # all still burn-in
+
+
+def test_runs_keep_at_most_twenty_million_draws_unless_told():
+    from ui.truths import auto_thin
+
+    assert auto_thin(32, 2000) == 1 and auto_thin(2000, 10_000) == 1  # 2e7 draws: all kept
+    assert auto_thin(2001, 10_000) == 2 and auto_thin(4096, 100_000) == 21  # ceil(20.48)

@@ -25,6 +25,10 @@ DIAGNOSTIC_CHAINS = 256  # as jobs.run: ArviZ on more chains costs seconds and s
 # Draws behind histograms, tails and KS: an even subsample beyond this (the statistics' Monte
 # Carlo error at 10^5 draws is below what the figures show; a 4096-chain run has 10^7).
 MAX_STAT = 100_000
+# Draws a potential page's run keeps by default (thin chosen to fit): ~0.35 GB in the store for
+# a 2-D target, and what a live view can fetch as it streams. Every step of 4096 chains would
+# be 200 MB/s to write and to read back, which no page needs to draw a histogram or a trace.
+AUTO_DRAWS = 20_000_000
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -89,3 +93,33 @@ def even_sample(
     total = max(0, len(position) - burn) * int(good.sum())
     every = max(1, -(-total // limit))
     return position[burn::every][:, good], every, total
+
+
+def auto_thin(chains: int, steps: int) -> int:
+    """The smallest thin that keeps at most AUTO_DRAWS draws."""
+    return max(1, -(-chains * steps // AUTO_DRAWS))
+
+
+def run_length(prefix: str) -> dict:
+    """Chains, steps, burn-in, thin and seed of a potential page's runs (RunSpec fields)."""
+    c1, c2, c3, c4, c5 = st.columns(5)
+    chains = int(c1.number_input("chains", 1, 4096, 32, key=f"{prefix}.chains"))
+    steps = int(c2.number_input("steps", 10, 100_000, 2000, step=100, key=f"{prefix}.steps"))
+    burn_pct = c3.number_input("burn-in (% of steps)", 0, 90, 10, key=f"{prefix}.burn_pct")
+    auto = auto_thin(chains, steps)
+    thin = c4.number_input(
+        "record every k-th step (0: auto)",
+        0,
+        100_000,
+        0,
+        key=f"{prefix}.thin",
+        help=f"0 keeps at most {AUTO_DRAWS:.0e} draws: every {auto} step(s) for this run.",
+    )
+    seed = c5.number_input("seed", 0, 2**31 - 1, 0, key=f"{prefix}.seed")
+    return {
+        "chains": chains,
+        "steps": steps,
+        "burn_in": steps * int(burn_pct) // 100,
+        "thin": int(thin) or auto,
+        "seed": int(seed),
+    }
