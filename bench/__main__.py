@@ -343,7 +343,7 @@ def app_bench(args: argparse.Namespace) -> None:
         f"| Playground rerun (AppTest, server side) while 4096 chains stream | "
         f"{r['rerun_median'] * 1e3:.0f} ms | {reruns} |",
         "",
-        f"The streaming run (recording every {rerun['thin']}th step) had {rerun['records'][0]} "
+        f"The streaming run (recording one step in {rerun['thin']}) had {rerun['records'][0]} "
         f"to {rerun['records'][-1]} records during the reruns.",
         "",
     ]
