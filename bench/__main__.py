@@ -34,6 +34,10 @@ PEER_VENV = BENCH / ".peer-venv"
 PEER_PYTHON = PEER_VENV / "bin" / "python"
 RESULTS = BENCH / "RESULTS.md"
 STEPS, QUICK_STEPS, REPEATS = 500, 20, 5
+# A measurement lasts at least this long (its step count doubles from STEPS until Basin's takes
+# this long, and both sides then run that many): 500 steps at 64 chains last ~3 ms, which times
+# thread wake-ups and the other runtime's still-spinning threads, not the sampler.
+MIN_SECONDS = 0.2
 
 
 def setup_peer(cuda: bool) -> None:
@@ -95,22 +99,25 @@ def engine(args: argparse.Namespace) -> None:
             file=sys.stderr,
         )
     rows, rates = [], {}
-    header = "| case | C | Basin chain-steps/s | BlackJAX chain-steps/s | Basin / BlackJAX |"
-    print(f"{steps} steps, median of {repeats} repeats\n{header}\n|---|---:|---:|---:|---:|")
+    header = "| case | C | steps | Basin chain-steps/s | BlackJAX chain-steps/s | Basin/BlackJAX |"
+    print(f"median of {repeats} repeats\n{header}\n|---|---:|---:|---:|---:|---:|")
     try:
         for name in CASES:
             for chains in case_chains(name, banana):
                 case = basin.BasinCase(name, chains, args.device)
-                case.seconds(steps)  # warm-up (the peer compiles and warms up on first use)
+                case.seconds(steps)  # warm-up (compiles)
+                n = steps  # doubled until a measurement lasts MIN_SECONDS
+                while case.seconds(n) < MIN_SECONDS and not args.quick and n < 1024 * steps:
+                    n *= 2
                 times = {"basin": [], "peer": []}
                 for _ in range(repeats):  # alternate, so that both sides see the same noise
-                    times["basin"].append(case.seconds(steps))
-                    if peer:
-                        times["peer"].append(peer.measure(name, chains, steps))
-                b, p = rate(chains, steps, times["basin"]), rate(chains, steps, times["peer"])
+                    times["basin"].append(case.seconds(n))
+                    if peer:  # the peer compiles and warms up on its first call of each size
+                        times["peer"].append(peer.measure(name, chains, n))
+                b, p = rate(chains, n, times["basin"]), rate(chains, n, times["peer"])
                 rates[name, chains] = (b, p)
                 ratio = b / p if p else None
-                rows.append(f"| {name} | {chains} | {fmt(b)} | {fmt(p)} | {fmt(ratio)} |")
+                rows.append(f"| {name} | {chains} | {n} | {fmt(b)} | {fmt(p)} | {fmt(ratio)} |")
                 print(rows[-1], flush=True)
     finally:
         if peer:
@@ -141,14 +148,15 @@ def engine(args: argparse.Namespace) -> None:
     block = [
         f"## {stamp}",
         "",
-        f"`python -m bench {shlex.join(sys.argv[1:])}`: {steps} steps per measurement, "
-        f"median of {repeats} repeats, Basin and BlackJAX alternating; float32.",
+        f"`python -m bench {shlex.join(sys.argv[1:])}`: each measurement runs the steps given "
+        f"(doubled from {steps} until one lasts {MIN_SECONDS} s), median of {repeats} repeats, "
+        "Basin and BlackJAX alternating; float32.",
         "",
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
         f"{platform.python_version()}; {basin.describe(args.device)}; {peer_line}.",
         "",
         header,
-        "|---|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|",
         *rows,
         "",
         mlp_line,
