@@ -28,9 +28,10 @@ FLUSH_SECONDS = 0.5
 DIAGNOSTIC_CHAINS = 256
 BLOCK_ELEMENTS = 2**22  # chain x parameter x step elements per block: bounds memory and latency
 MAX_BLOCK = 256  # the fused path's chunk: one compiled length serves every block of a run
-# The first block runs eagerly and is flushed at once, so whoever watches sees the first records
-# in well under a second instead of after the fused path's compile (seconds, once per run).
-FIRST_BLOCK = 16
+# The first block is one step, flushed at once, so whoever watches sees the first records in well
+# under a second instead of after the fused path's compile (seconds, when not cached). It costs
+# nothing: a chain's first step runs eagerly in any case (``samplers.fused``).
+FIRST_BLOCK = 1
 RECORDED = {"step", "loss", "accepted", "diverged", "position"}  # the rest: kernel scalars
 
 
@@ -167,7 +168,7 @@ class Records:
         self.records = 0  # records appended so far
         self.snapshots: list[torch.Tensor] = []  # on the device until a flush
         self.snapshot_steps: list[int] = []
-        self.saved = 0  # snapshots in the Store
+        self.taken = self.saved = 0  # snapshots taken; appended to the Store
         # Full positions for the PCA of large models: at most record.snapshots of them.
         wanted = spec.record.snapshots if basis is not None else 0
         self.snapshot_every = math.ceil(est.records / wanted) if wanted else 0
@@ -196,11 +197,12 @@ class Records:
         """Keep the full positions of every ``snapshot_every``-th record (evenly spaced, the
         first record included), at most ``record.snapshots`` of them."""
         for row, step in enumerate(steps):
-            if len(self.snapshots) >= self.spec.record.snapshots:
+            if self.taken >= self.spec.record.snapshots:
                 return
             if (step // self.spec.thin) % self.snapshot_every == 0:
                 self.snapshots.append(position[row].clone())
                 self.snapshot_steps.append(step)
+                self.taken += 1
 
     def flush(self) -> None:
         if not self.pending:
@@ -212,11 +214,13 @@ class Records:
         self.pending = []
         self.store.append(self.run_id, self.records, arrays)
         self.records += len(arrays["step"])
-        if len(self.snapshots) > self.saved:  # rewritten only when new snapshots came in
-            self.saved = len(self.snapshots)
-            snapshots = torch.stack(self.snapshots).cpu().numpy()
-            self.store.put_array(self.run_id, "snapshots", snapshots)
-            self.store.put_array(self.run_id, "snapshot_steps", np.asarray(self.snapshot_steps))
+        if self.snapshots:  # appended: only the new ones travel
+            position = torch.stack(self.snapshots).cpu().numpy()
+            step = np.asarray(self.snapshot_steps)
+            series = "snapshots"
+            self.store.append(self.run_id, self.saved, {"step": step, "position": position}, series)
+            self.saved += len(step)
+            self.snapshots, self.snapshot_steps = [], []
 
 
 def summarise(

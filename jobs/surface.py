@@ -39,10 +39,10 @@ def trajectory(store: Store, run_id: str) -> Trajectory:
     record = store.get(run_id)
     spec = parse_spec(record.spec)
     w0 = store.get_array(run_id, "w0")
-    snapshots = store.get_array(run_id, "snapshots")
-    if snapshots is not None:
-        steps = store.get_array(run_id, "snapshot_steps")
-        return Trajectory(spec, np.swapaxes(snapshots, 0, 1), steps, w0, "snapshots")
+    snapshots = store.read(run_id, series="snapshots")
+    if snapshots:
+        position, steps = snapshots["position"], snapshots["step"]
+        return Trajectory(spec, np.swapaxes(position, 0, 1), steps, w0, "snapshots")
     data = store.read(run_id, names=["step", "position"])
     if "position" not in data or len(data["position"]) == 0:
         raise SpecError("run", f"{run_id} has no recorded positions yet (status {record.status})")

@@ -37,7 +37,7 @@ DIRECTION_HELP = (
 def trajectory_source(store, run_id: str) -> str | None:
     """Where a surface would get the run's trajectory from, or None when it kept none."""
     try:
-        if store.get_array(run_id, "snapshots") is not None:
+        if store.records(run_id, series="snapshots"):
             return "snapshots"
         if store.get_array(run_id, "projection") is not None:
             return None  # only a random projection and no snapshots: no plane to draw

@@ -105,10 +105,11 @@ def test_cli_run_on_a_network_records_a_projection_and_netcdf_export(tmp_path):
     np.testing.assert_array_equal(data["step"], np.arange(0, 300, 3))
     basis = store.get_array(run_id, "projection")
     np.testing.assert_allclose(basis.T @ basis, np.eye(8), atol=1e-5)
-    snapshots = store.get_array(run_id, "snapshots")
+    kept = store.read(run_id, series="snapshots")
+    snapshots = kept["position"]
     assert snapshots.shape[1:] == (4, 2410) and 1 <= len(snapshots) <= 200
     # a snapshot projected on the basis is the recorded projection of the same step
-    steps = list(store.get_array(run_id, "snapshot_steps"))
+    steps = list(kept["step"])
     recorded = list(data["step"])
     both = [(i, recorded.index(t)) for i, t in enumerate(steps) if t in recorded]
     assert both  # the first block ends on step 255, a multiple of thin = 3
