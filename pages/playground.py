@@ -494,8 +494,15 @@ else:
 
     st.subheader("Step by step")
     if st.toggle("Replay the recorded steps one at a time", key="pg.replay_on"):
+        pace = st.select_slider(
+            "slow motion: seconds per step when playing",
+            options=[0.3, 0.6, 1.0, 2.0, 4.0],
+            value=0.6,
+            key="pg.pace",
+        )
         playing = st.session_state.get("pg.playing") == shown_id
-        st.fragment(replay, run_every=0.6 if playing else None)(shown_id, show, trail, log_scale)
+        every = pace if playing else None
+        st.fragment(replay, run_every=every)(shown_id, show, trail, log_scale)
 
 # ---------------------------------------------------------------------------------------------
 # Explanation: of the run shown (else of the sampler picked above).

@@ -156,6 +156,7 @@ def test_playground_run_shows_the_funnel_neck_against_the_exact_marginal(home):
 
     # Step-by-step replay: record 1's verdicts are the store's.
     at.toggle(key="pg.replay_on").set_value(True).run()
+    assert at.select_slider(key="pg.pace").value == 0.6  # slow motion: seconds per step
     at.button(key=f"pg.step.{run.id}").click().run()
     accepted = Store(home).read(run.id, names=["accepted"])["accepted"][1, :8] > 0.5
     assert any(f"{int(accepted.sum())} of 8 chains accepted" in m.value for m in at.markdown)

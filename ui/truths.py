@@ -108,12 +108,13 @@ def run_length(prefix: str) -> dict:
     burn_pct = c3.number_input("burn-in (% of steps)", 0, 90, 10, key=f"{prefix}.burn_pct")
     auto = auto_thin(chains, steps)
     thin = c4.number_input(
-        "record every k-th step (0: auto)",
+        "thin (0: auto)",
         0,
         100_000,
         0,
         key=f"{prefix}.thin",
-        help=f"0 keeps at most {AUTO_DRAWS:.0e} draws: every {auto} step(s) for this run.",
+        help=f"Record every k-th step. 0 keeps at most {AUTO_DRAWS:.0e} draws: every {auto} "
+        "step(s) for this run.",
     )
     seed = c5.number_input("seed", 0, 2**31 - 1, 0, key=f"{prefix}.seed")
     return {
