@@ -321,13 +321,16 @@ class Target(ABC):
         return value.detach(), g
 
     def unflatten(self, w: Tensor) -> dict[str, Tensor]:
-        """Split ``w: [C, d]`` into the named tensors of ``layout`` (views, batched over C)."""
-        out, i = {}, 0
-        for key, shape in self.layout.items():
-            size = math.prod(shape)
-            out[key] = w[:, i : i + size].reshape(w.shape[0], *shape)
-            i += size
-        return out
+        """Split ``w: [C, d]`` into the named tensors of ``layout`` (views, batched over C).
+
+        One ``split``, not a slice per tensor: its gradient is a single concatenation, where
+        each slice's would zero a whole [C, d] buffer (11 of them per step on a DLN)."""
+        sizes = [math.prod(shape) for shape in self.layout.values()]
+        parts = w.split(sizes, dim=1)
+        return {
+            key: part.reshape(w.shape[0], *shape)
+            for (key, shape), part in zip(self.layout.items(), parts, strict=True)
+        }
 
     def to(
         self, device: str | torch.device | None = None, dtype: torch.dtype | None = None
