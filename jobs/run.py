@@ -180,7 +180,10 @@ class Records:
         if not steps:
             return
         rows = torch.arange(offset, info.loss.shape[0], thin, device=info.loss.device)
-        kept = {"step": rows + first_step, "loss": info.loss[rows], "diverged": info.diverged[rows]}
+        step = rows + first_step
+        if thin == 1:  # every row: keep views, so that the flush's concatenation is the one copy
+            rows = slice(None)
+        kept = {"step": step, "loss": info.loss[rows], "diverged": info.diverged[rows]}
         if self.mh:
             kept["accepted"] = info.accepted[rows] > 0.5  # bool: a quarter of the bytes
         if info.position is not None:

@@ -129,16 +129,17 @@ def _tx(conn: sqlite3.Connection, mode: str = "IMMEDIATE"):
     conn.execute("COMMIT")
 
 
-def _blob(array: np.ndarray) -> tuple[str, str, bytes]:
-    """Raw bytes + dtype + shape: no pickle, readable by any numpy."""
+def _blob(array: np.ndarray) -> tuple[str, str, memoryview]:
+    """Raw bytes + dtype + shape: no pickle, readable by any numpy. The bytes are a view of
+    the array's own memory (a copy of a large chunk would cost as much as writing it)."""
     array = np.ascontiguousarray(array)
     if array.dtype.hasobject or array.dtype.fields is not None:
         raise ValueError(f"cannot store arrays of dtype {array.dtype}: use plain numeric types")
-    return array.dtype.str, json.dumps(array.shape), array.tobytes()
+    return array.dtype.str, json.dumps(array.shape), memoryview(array.reshape(-1)).cast("B")
 
 
-def _write_all(out, data: bytes) -> None:
-    view = memoryview(data)
+def _write_all(out, data: memoryview) -> None:
+    view = data
     while view:
         view = view[out.write(view) :]
 
