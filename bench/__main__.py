@@ -77,6 +77,26 @@ class Peer:
         self.proc.wait()
 
 
+def now() -> str:
+    return datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+
+
+def machine(*details: str) -> str:
+    """The "Machine: ..." line of a results block, with the bench's own details after it."""
+    where = [f"{platform.platform()}, {os.cpu_count()} CPUs", f"Python {platform.python_version()}"]
+    return "Machine: " + "; ".join([*where, *details]) + "."
+
+
+def record(block: list[str]) -> None:
+    """Append a results block to bench/RESULTS.md (its heading first, in a new file)."""
+    new = not RESULTS.exists()
+    with RESULTS.open("a") as f:
+        if new:
+            f.write("# Benchmark results\n\nAppended by `python -m bench ...`; newest last.\n\n")
+        f.write("\n".join(block) + "\n")
+    print(f"recorded in {RESULTS}")
+
+
 def rate(chains: int, steps: int, seconds: list[float]) -> float | None:
     return statistics.median(chains * steps / s for s in seconds) if seconds else None
 
@@ -144,7 +164,7 @@ def engine(args: argparse.Namespace) -> None:
         if peer
         else "BlackJAX peer: not set up"
     )
-    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    stamp = now()
     block = [
         f"## {stamp}",
         "",
@@ -152,8 +172,7 @@ def engine(args: argparse.Namespace) -> None:
         f"(doubled from {steps} until one lasts {MIN_SECONDS} s), median of {repeats} repeats, "
         "Basin and BlackJAX alternating; float32.",
         "",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
-        f"{platform.python_version()}; {basin.describe(args.device)}; {peer_line}.",
+        machine(basin.describe(args.device), peer_line),
         "",
         header,
         "|---|---:|---:|---:|---:|---:|",
@@ -162,16 +181,7 @@ def engine(args: argparse.Namespace) -> None:
         mlp_line,
         "",
     ]
-    new = not RESULTS.exists()
-    with RESULTS.open("a") as f:
-        if new:
-            f.write(
-                "# Benchmark results\n\nAppended by `python -m bench ...`; newest last. "
-                "Goal (issue 3): Basin/BlackJAX >= 1 at both chain counts; MLP step time "
-                "8 chains / 1 chain <= 3.\n\n"
-            )
-        f.write("\n".join(block) + "\n")
-    print(f"recorded in {RESULTS}")
+    record(block)
 
 
 def jobs(args: argparse.Namespace) -> None:
@@ -182,7 +192,7 @@ def jobs(args: argparse.Namespace) -> None:
     rows = bench_jobs.run(args.repeats, thins)
     if args.no_record:
         return
-    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    stamp = now()
     block = [
         f"## {stamp}: jobs overhead",
         "",
@@ -192,16 +202,13 @@ def jobs(args: argparse.Namespace) -> None:
         f"with ESS and R-hat). Median of {args.repeats}, alternating. Goal (issue 4): overhead "
         f"<= 10%.",
         "",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
-        f"{platform.python_version()}.",
+        machine(),
         "",
         bench_jobs.HEADER,
         *rows,
         "",
     ]
-    with RESULTS.open("a") as f:
-        f.write("\n".join(block) + "\n")
-    print(f"recorded in {RESULTS}")
+    record(block)
 
 
 def llc_bench(args: argparse.Namespace) -> None:
@@ -210,7 +217,7 @@ def llc_bench(args: argparse.Namespace) -> None:
     results = bench_llc.run(args.repeats, args.quick)
     if args.no_record or args.quick:
         return
-    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    stamp = now()
     rows = []
     for name in ("normal-crossing", "dln"):
         r = results[name]
@@ -238,8 +245,7 @@ def llc_bench(args: argparse.Namespace) -> None:
         "on normal-crossing at equal or better accuracy; 100K-class DLN step <= 1.2 x a bare "
         "forward + backward.",
         "",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
-        f"{platform.python_version()}; torch {__import__('torch').__version__}, float32.",
+        machine(f"torch {__import__('torch').__version__}, float32"),
         "",
         "| task | true LLC | Basin LLC | devinterp LLC | Basin cold s | Basin warm s "
         "| devinterp s | devinterp / Basin cold | devinterp / Basin warm |",
@@ -252,9 +258,7 @@ def llc_bench(args: argparse.Namespace) -> None:
         f"{cost['compiled'] * 1e3:.2f} ({cost['compiled'] / cost['bare']:.2f}x).",
         "",
     ]
-    with RESULTS.open("a") as f:
-        f.write("\n".join(block) + "\n")
-    print(f"recorded in {RESULTS}")
+    record(block)
 
 
 def surface_bench(args: argparse.Namespace) -> None:
@@ -266,7 +270,7 @@ def surface_bench(args: argparse.Namespace) -> None:
     print(json.dumps({k: v for k, v in r.items() if k != "pca"} | {"pca": r["pca"]}, indent=1))
     if args.no_record or args.quick:
         return
-    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    stamp = now()
     pca_rows = []
     for method, runs in r["pca"].items():
         first = runs[0]
@@ -286,8 +290,7 @@ def surface_bench(args: argparse.Namespace) -> None:
         "surface >= 10x faster than a per-point loop; the PCA of a 10^5-parameter, 2000-snapshot "
         "trajectory within a 2-core, 24 GiB machine's memory, with no d x d matrix.",
         "",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
-        f"{platform.python_version()}; torch {__import__('torch').__version__}, float32.",
+        machine(f"torch {__import__('torch').__version__}, float32"),
         "",
         f"(a) Digits MLP 64-32-10 (d = {s['dim']}, full training split n = {s['n']}), 41 x 41 "
         f"grid on filter-normalised random directions, median of {len(s['all_seconds']['batched'])}"
@@ -316,9 +319,7 @@ def surface_bench(args: argparse.Namespace) -> None:
         *pca_rows,
         "",
     ]
-    with RESULTS.open("a") as f:
-        f.write("\n".join(block) + "\n")
-    print(f"recorded in {RESULTS}")
+    record(block)
 
 
 def app_bench(args: argparse.Namespace) -> None:
@@ -329,7 +330,7 @@ def app_bench(args: argparse.Namespace) -> None:
     print(json.dumps(r, indent=1))
     if args.no_record or args.quick:
         return
-    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    stamp = now()
     warm = ", ".join(f"{x:.2f}" for x in r["first_point_warm"])
     reruns = ", ".join(f"{x * 1e3:.0f}" for x in rerun["seconds"])
     block = [
@@ -339,8 +340,7 @@ def app_bench(args: argparse.Namespace) -> None:
         f"`python -m bench {shlex.join(sys.argv[1:])}`. Goals (issue 7): first live point under "
         "2 s after clicking Run; a page rerun under 300 ms while a 4096-chain run streams.",
         "",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs; Python "
-        f"{platform.python_version()}; torch {__import__('torch').__version__}.",
+        machine(f"torch {__import__('torch').__version__}"),
         "",
         "| measurement | median | all |",
         "|---|---:|---|",
@@ -355,9 +355,7 @@ def app_bench(args: argparse.Namespace) -> None:
         f"to {rerun['records'][-1]} records during the reruns.",
         "",
     ]
-    with RESULTS.open("a") as f:
-        f.write("\n".join(block) + "\n")
-    print(f"recorded in {RESULTS}")
+    record(block)
 
 
 def main() -> None:

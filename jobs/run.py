@@ -115,7 +115,7 @@ def execute(
             if records.snapshot_every
             else (basis if basis is not None else est.positions == "all")
         )
-        fused = kernel.fusable and not first
+        fused = kernel.fusable  # the first step of a chain runs eagerly in any case
         state, info = kernel.run(state, target, generator, n, fused=fused, positions=record)
         records.keep(done, info)
         for observer in observers.values():
@@ -168,7 +168,7 @@ class Records:
         self.records = 0  # records appended so far
         self.snapshots: list[torch.Tensor] = []  # on the device until a flush
         self.snapshot_steps: list[int] = []
-        self.taken = self.saved = 0  # snapshots taken; appended to the Store
+        self.saved = 0  # snapshots appended to the Store
         # Full positions for the PCA of large models: at most record.snapshots of them.
         wanted = spec.record.snapshots if basis is not None else 0
         self.snapshot_every = math.ceil(est.records / wanted) if wanted else 0
@@ -200,12 +200,11 @@ class Records:
         """Keep the full positions of every ``snapshot_every``-th record (evenly spaced, the
         first record included), at most ``record.snapshots`` of them."""
         for row, step in enumerate(steps):
-            if self.taken >= self.spec.record.snapshots:
+            if self.saved + len(self.snapshots) >= self.spec.record.snapshots:
                 return
             if (step // self.spec.thin) % self.snapshot_every == 0:
                 self.snapshots.append(position[row].clone())
                 self.snapshot_steps.append(step)
-                self.taken += 1
 
     def flush(self) -> None:
         if not self.pending:
