@@ -102,6 +102,11 @@ def execute(
         store.put_array(run_id, "projection", basis.cpu().numpy())
     records = Records(spec, est, store, run_id, basis, isinstance(kernel, MHKernel))
     block, done, stopped = block_steps(spec, est.dim), 0, False
+    record = basis if basis is not None else est.positions == "all"  # projected in the scan
+    chunk = None
+    if records.snapshot_stride:  # blocks end at snapshots: one compiled length serves them all
+        stride = records.snapshot_stride
+        block = chunk = -(-stride // -(-stride // block))
     last_flush = sampling = time.perf_counter()
     while done < spec.steps:
         if should_stop():
@@ -109,19 +114,23 @@ def execute(
             break
         first = done == 0 and not spec.flush_every
         n = min(FIRST_BLOCK if first else block, spec.steps - done)
-        # Full positions when snapshots are due (projected in ``keep``), else what is recorded.
-        record = (
-            True
-            if records.snapshot_every
-            else (basis if basis is not None else est.positions == "all")
-        )
+        if spec.flush_every:  # blocks cut below still flush at multiples of flush_every
+            n = min(n, spec.flush_every - done % spec.flush_every)
+        snapshot = records.next_snapshot(done)
+        if snapshot is not None:  # the block ends at the snapshot: it is the block's final state
+            n = min(n, snapshot + 1 - done)
         fused = kernel.fusable  # the first step of a chain runs eagerly in any case
-        state, info = kernel.run(state, target, generator, n, fused=fused, positions=record)
+        state, info = kernel.run(
+            state, target, generator, n, fused=fused, chunk=chunk, positions=record
+        )
         records.keep(done, info)
+        if snapshot == done + n - 1:
+            records.snapshot(snapshot, state.position)
         for observer in observers.values():
             observer.block(done, info)
         done += n
-        if first or spec.flush_every or time.perf_counter() - last_flush >= FLUSH_SECONDS:
+        due = done % spec.flush_every == 0 if spec.flush_every else first
+        if due or time.perf_counter() - last_flush >= FLUSH_SECONDS:
             records.flush()
             for observer in observers.values():
                 observer.flush(done, state)
@@ -169,53 +178,50 @@ class Records:
         self.snapshots: list[torch.Tensor] = []  # on the device until a flush
         self.snapshot_steps: list[int] = []
         self.saved = 0  # snapshots appended to the Store
-        # Full positions for the PCA of large models: at most record.snapshots of them.
+        # Full positions for the PCA of large models: at most record.snapshots of them, taken
+        # at block ends (the loop cuts its blocks there), so that no step's full position has
+        # to leave the compiled scan.
         wanted = spec.record.snapshots if basis is not None else 0
-        self.snapshot_every = math.ceil(est.records / wanted) if wanted else 0
+        self.snapshot_stride = math.ceil(est.records / wanted) * spec.thin if wanted else 0
 
     def keep(self, first_step: int, info) -> None:
         thin = self.spec.thin
         offset = (-first_step) % thin  # the block's first step with index % thin == 0
-        steps = range(first_step + offset, first_step + info.loss.shape[0], thin)
-        if not steps:
+        if offset >= info.loss.shape[0]:
             return
         rows = torch.arange(offset, info.loss.shape[0], thin, device=info.loss.device)
         step = rows + first_step
-        if thin == 1:  # every row: keep views, so that the flush's concatenation is the one copy
+        if thin == 1:  # every row: keep views, written as they are at the flush
             rows = slice(None)
         kept = {"step": step, "loss": info.loss[rows], "diverged": info.diverged[rows]}
         if self.mh:
             kept["accepted"] = info.accepted[rows] > 0.5  # bool: a quarter of the bytes
-        if info.position is not None:
-            position = info.position[rows]
-            if self.snapshot_every:  # full positions: keep the due snapshots, record the projection
-                self.snapshot(steps, position)
-                position = position @ self.basis
-            kept["position"] = position
+        if info.position is not None:  # every position, or its projection on ``basis``
+            kept["position"] = info.position[rows]
         for name, value in info.scalars.items():  # kinetic energy, thermostat, ...
             kept[name] = value[rows]
         self.pending.append(kept)
 
-    def snapshot(self, steps: range, position: torch.Tensor) -> None:
-        """Keep the full positions of every ``snapshot_every``-th record (evenly spaced, the
-        first record included), at most ``record.snapshots`` of them."""
-        for row, step in enumerate(steps):
-            if self.saved + len(self.snapshots) >= self.spec.record.snapshots:
-                return
-            if (step // self.spec.thin) % self.snapshot_every == 0:
-                self.snapshots.append(position[row].clone())
-                self.snapshot_steps.append(step)
+    def next_snapshot(self, step: int) -> int | None:
+        """The first snapshot step at or after ``step`` (every ``snapshot_stride``-th step from
+        step 0, so each is a recorded step), or None when no more are due."""
+        if not self.snapshot_stride:
+            return None
+        due = -(-step // self.snapshot_stride) * self.snapshot_stride
+        return due if due < self.spec.steps else None
+
+    def snapshot(self, step: int, position: torch.Tensor) -> None:
+        self.snapshots.append(position.clone())
+        self.snapshot_steps.append(step)
 
     def flush(self) -> None:
         if not self.pending:
             return
-        arrays = {
-            name: torch.cat([p[name] for p in self.pending]).cpu().numpy()
-            for name in self.pending[0]
-        }
+        # Each block's records go to the Store as parts of one chunk: no concatenation.
+        parts = {name: [p[name].cpu().numpy() for p in self.pending] for name in self.pending[0]}
         self.pending = []
-        self.store.append(self.run_id, self.records, arrays)
-        self.records += len(arrays["step"])
+        self.store.append(self.run_id, self.records, parts)
+        self.records += sum(len(step) for step in parts["step"])
         if self.snapshots:  # appended: only the new ones travel
             position = torch.stack(self.snapshots).cpu().numpy()
             step = np.asarray(self.snapshot_steps)

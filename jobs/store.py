@@ -428,7 +428,11 @@ class Store:
     # -- recorded arrays -----------------------------------------------------------------------
 
     def append(
-        self, run_id: str, step: int, arrays: dict[str, np.ndarray], series: str = "records"
+        self,
+        run_id: str,
+        step: int,
+        arrays: dict[str, np.ndarray | list[np.ndarray]],
+        series: str = "records",
     ) -> None:
         """One chunk of records starting at record ``step``, all names in one transaction.
 
@@ -436,33 +440,49 @@ class Store:
         chunk carries the names, dtypes and trailing shapes of the first one. ``series``:
         "records" (per recorded step), "flushes" (one row per flush: live signals such as the
         running LLC, whose cadence is the flush's) or "snapshots" (full positions of a model
-        whose records hold a projection, for the PCA of its trajectory).
+        whose records hold a projection, for the PCA of its trajectory). A name may map to a
+        list of arrays, the chunk's parts along the first axis: they are written one after
+        another, never concatenated in memory (at thin 1, a flush is hundreds of MB).
         """
         table = _table(series)
-        arrays = {name: np.asarray(a) for name, a in arrays.items()}
-        lengths = {a.shape[0] if a.ndim else None for a in arrays.values()}
-        if not arrays or len(lengths) != 1 or None in lengths:
+        parts = {
+            name: [np.asarray(p) for p in (a if isinstance(a, list) else [a])]
+            for name, a in arrays.items()
+        }
+        lengths, heads, blobs = set(), {}, {}
+        for name, pieces in parts.items():
+            if not pieces or any(p.ndim == 0 for p in pieces):
+                raise ValueError(f"{name}: chunk arrays need a leading (record) axis")
+            kinds = {(p.dtype.str, p.shape[1:]) for p in pieces}
+            if len(kinds) != 1:
+                raise ValueError(f"{name}: the parts of a chunk differ in dtype or shape: {kinds}")
+            lengths.add(sum(p.shape[0] for p in pieces))
+            heads[name] = pieces[0]
+            blobs[name] = [_blob(p)[2] for p in pieces]  # views of the bytes; refuses objects
+        if not parts or len(lengths) != 1:
             raise ValueError(f"chunk arrays must share one leading length, got {lengths}")
         n = lengths.pop()
-        rows = [(name, *_blob(a)) for name, a in arrays.items()]
         with _tx(self._run(run_id)) as conn:
             end = self._end(conn, table)
             if step != end:
                 raise ValueError(f"run {run_id}: chunk starts at {step}, expected {end}")
-            heads = conn.execute(f"SELECT name, dtype, shape FROM {table} WHERE start = 0")
-            first = {name: (dtype, json.loads(shape)[1:]) for name, dtype, shape in heads}
+            rows = conn.execute(f"SELECT name, dtype, shape FROM {table} WHERE start = 0")
+            first = {name: (dtype, json.loads(shape)[1:]) for name, dtype, shape in rows}
             if first and set(first) != set(arrays):
                 raise ValueError(f"chunk names {sorted(arrays)} differ from {sorted(first)}")
-            for name, a in arrays.items():
+            for name, a in heads.items():
                 if name in first and first[name] != (a.dtype.str, [*a.shape[1:]]):
                     raise ValueError(f"{name}: {a.dtype} {a.shape[1:]} differs from chunk 0")
             if n:
                 out = self._appender(run_id)
                 offset, index = out.seek(0, os.SEEK_END), []
-                for name, dtype, shape, data in rows:
-                    _write_all(out, data)
-                    index.append((step, name, n, dtype, shape, offset, len(data)))
-                    offset += len(data)
+                for name, views in blobs.items():
+                    for data in views:
+                        _write_all(out, data)
+                    nbytes = sum(len(data) for data in views)
+                    shape = json.dumps([n, *heads[name].shape[1:]])
+                    index.append((step, name, n, heads[name].dtype.str, shape, offset, nbytes))
+                    offset += nbytes
                 conn.executemany(
                     f"INSERT INTO {table} (start, name, n, dtype, shape, offset, nbytes) "
                     "VALUES (?,?,?,?,?,?,?)",

@@ -181,6 +181,25 @@ def test_append_read_round_trip(tmp_path):
         store.read("nope")
 
 
+def test_a_chunk_given_in_parts_reads_back_as_their_concatenation(tmp_path):
+    store = Store(tmp_path)
+    run_id = store.create({})
+    rng = np.random.default_rng(2)
+    blocks = [_chunk(rng, 0, 3), _chunk(rng, 3, 5), _chunk(rng, 8, 1)]
+    store.append(run_id, 0, {name: [b[name] for b in blocks] for name in blocks[0]})
+    store.append(run_id, 9, _chunk(rng, 9, 2))  # a plain chunk after it
+    got = store.read(run_id)
+    for name in blocks[0]:
+        want = np.concatenate([b[name] for b in blocks])
+        np.testing.assert_array_equal(got[name][:9], want)
+    assert store.records(run_id) == 11
+    np.testing.assert_array_equal(store.read(run_id, since=5)["step"], np.arange(5, 11))
+    with pytest.raises(ValueError, match="parts"):  # parts must agree in dtype and shape
+        parts = [np.zeros((1, CHAINS), np.float32), np.zeros((1, CHAINS))]
+        store.append(run_id, 11, {**_chunk(rng, 11, 2), "loss": parts})
+    assert store.records(run_id) == 11
+
+
 def test_append_refuses_bad_chunks(tmp_path):
     store = Store(tmp_path)
     run_id = store.create({})
