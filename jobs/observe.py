@@ -130,18 +130,22 @@ class LLCObserver:
 
     # -- while the chains run -----------------------------------------------------------------
     def block(self, first_step: int, info) -> None:
-        """Accumulate every step's loss after the burn-in, per chain, on the device."""
+        """Accumulate every step's excess loss L(w_t) - L(w0) after the burn-in, per chain, on
+        the device: paired with w0's loss on the step's own batch where the kernel reports it
+        (``Kernel.paired``: same mean, far less noise), else against the baseline."""
         skip = max(0, self.spec.burn_in - first_step)
-        losses = info.loss[skip:].double()
-        self.sum += losses.sum(0)
-        self.count += losses.shape[0]
-        self.since_flush += info.loss.double().sum(0)
-        self.since_count += info.loss.shape[0]
+        loss = info.loss.double()
+        center = info.scalars.get("center_loss")
+        excess = loss - (self.baseline if center is None else center.double())
+        self.sum += excess[skip:].sum(0)
+        self.count += excess[skip:].shape[0]
+        self.since_flush += loss.sum(0)
+        self.since_count += loss.shape[0]
 
     def running(self) -> torch.Tensor:
         if not self.count:
             return torch.full_like(self.sum, math.nan)
-        return self.nbeta * (self.sum / self.count - self.baseline)
+        return self.nbeta * self.sum / self.count
 
     def flush(self, done: int, state) -> None:
         """One row of live signals: step, running llc, mean loss since the last flush, distance
@@ -185,7 +189,7 @@ class LLCObserver:
         good = np.isfinite(per_chain)
         mean_loss = None
         if self.count and good.any():
-            mean_loss = float((self.sum / self.count).cpu().numpy()[good].mean())
+            mean_loss = self.baseline + float((self.sum / self.count).cpu().numpy()[good].mean())
         out = {
             **est.as_dict(),
             "true": target.true_llc[0] if target.true_llc else None,

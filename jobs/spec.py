@@ -341,6 +341,8 @@ def build(spec: RunSpec) -> tuple[Target, Kernel, torch.device]:
             "sampler": spec.sampler.model_dump(mode="json"),
             "device": str(device),
             "dtype": spec.dtype,
+            # an LLC with the full-data baseline pairs each batch loss with w0's (observe.py)
+            "paired": "llc" in spec.observables and spec.llc.baseline == "full",
         },
         sort_keys=True,
     )
@@ -356,4 +358,6 @@ def _built(key: str) -> tuple[Target, Kernel]:
         target = landscapes.make(name, device=spec["device"], dtype=spec["dtype"], **params)
     except ParamError as exc:  # builder-level checks (e.g. dln.rank above the smallest width)
         raise SpecError(*_param_error(exc, "target", name)) from None
-    return target, samplers.make(spec["sampler"]["name"], **spec["sampler"]["params"])
+    kernel = samplers.make(spec["sampler"]["name"], **spec["sampler"]["params"])
+    kernel.paired = spec["paired"]
+    return target, kernel

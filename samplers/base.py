@@ -85,9 +85,22 @@ class Kernel(ABC):
     def step(self, state: State, target: Target, generator: torch.Generator) -> tuple[State, Info]:
         batch = self._batch(target, generator)
         new, info_loss, accepted = self.update(state, target, batch, generator)
-        return self._contain(state, new, info_loss, accepted)
+        paired = self._paired(state, target, batch)
+        return self._contain(state, new, info_loss, accepted, extra=paired)
 
     fusable = False  # whether ``run(..., fused=True)`` may compile several steps into one graph
+
+    # With ``paired`` set, a minibatch step also reports "center_loss": the loss at the
+    # localisation centre (chain 0's: an LLC run's chains share w0) on the step's own batch.
+    # L_batch(w_t) - L_batch(w0) has the mean L_n(w_t) - L_n(w0) and, near w0, a variance
+    # hundreds of times smaller than L_batch(w_t)'s: the LLC estimate's control variate.
+    paired = False
+
+    def _paired(self, state: State, target: Target, batch: Batch) -> dict[str, Tensor]:
+        if not self.paired or batch is None:
+            return {}
+        center = target.loss(state.center[:1], batch)
+        return {"center_loss": center.expand(state.position.shape[0])}
 
     def run(
         self,
@@ -181,12 +194,19 @@ class Kernel(ABC):
         return ok
 
     def _contain(
-        self, old: State, new: State, loss: Tensor, accepted: Tensor, hold: Tensor | None = None
+        self,
+        old: State,
+        new: State,
+        loss: Tensor,
+        accepted: Tensor,
+        hold: Tensor | None = None,
+        extra: dict[str, Tensor] | None = None,
     ) -> tuple[State, Info]:
         """Freeze chains whose new state (or the loss the step saw) is not finite.
 
         ``hold`` (a 0-d bool, fused chunks only) keeps every chain where it was: a step that
-        only pads a chunk to its compiled length."""
+        only pads a chunk to its compiled length. ``extra``: per-chain scalars of the step
+        itself, recorded beside those of ``observe``."""
         fresh = ~self._finite(new) | ~torch.isfinite(loss)
         if hold is not None:
             fresh = fresh & ~hold
@@ -204,7 +224,10 @@ class Kernel(ABC):
             loss=torch.where(diverged, nan, loss),
             accepted=torch.where(diverged, torch.zeros_like(accepted), accepted),
             diverged=diverged,
-            scalars={k: torch.where(diverged, nan, v) for k, v in self.observe(frozen).items()},
+            scalars={
+                k: torch.where(diverged, nan, v)
+                for k, v in {**self.observe(frozen), **(extra or {})}.items()
+            },
         )
         return frozen, info
 

@@ -153,3 +153,33 @@ def test_plateau_tells_a_settled_trace_from_a_drifting_one():
     drifting = settled + np.linspace(0, 0.5, 4000)[:, None]  # still spreading out from w0
     assert llc.plateaued(settled, 0.9, 10.0)
     assert not llc.plateaued(drifting, 0.9, 10.0)
+
+
+def test_a_paired_step_reports_w0s_loss_on_its_own_batch_and_the_pairs_cut_the_noise():
+    import samplers
+    from samplers.fused import Replay
+
+    target = landscapes.make("dln", seed=4, n=5000, device="cpu", dtype="float64")
+    kernel = samplers.make("sgld", step_size=1e-7, batch_size=50)
+    kernel.paired = True
+    chains = 8
+    state = kernel.init(target.w0.expand(chains, -1), target, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(1)
+    index = torch.randint(target.n, (50,), generator=g)
+    noise = torch.randn(chains, target.dim, generator=g, dtype=torch.float64)
+    _, info = kernel.step(state, target, Replay([index, noise]))  # the draws the step makes
+    want = target.loss(target.w0[None], target.batch(index))  # w0's loss, evaluated directly
+    torch.testing.assert_close(info.scalars["center_loss"], want.expand(chains))
+
+    # A run: L_b(w_t) - L_b(w0) and L_b(w_t) - L_n(w0) estimate the same excess loss. Their
+    # difference, L_n(w0) - mean_t L_b_t(w0), averages 400 i.i.d. batches at a fixed point:
+    # mean 0 and an SD known from the batch losses themselves.
+    state, info = kernel.run(state, target, g, 400, fused=False)
+    loss, center = info.loss, info.scalars["center_loss"]
+    baseline = float(full_loss(target, target.w0[None])[0])
+    paired, plain = (loss - center).mean(0), loss.mean(0) - baseline
+    per_batch = center[:, 0]  # one batch per step, shared by the chains
+    se = float(per_batch.std() / math.sqrt(len(per_batch)))
+    assert abs(float((paired - plain)[0])) < 4 * se
+    # ... and the pairs remove most of the batch noise: per step, a far smaller spread
+    assert float((loss - center).std(0).mean()) < float(loss.std(0).mean()) / 5
