@@ -277,10 +277,16 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
     done = threading.Event()
 
     def report() -> None:  # the supervisor holds the main thread (it owns Ctrl-C)
-        watcher = Store(store.home)
+        watcher, last = Store(store.home), None
+        tty = sys.stderr.isatty()  # a terminal redraws one line; a log gets a line per change
         while not done.wait(1.0):
             p = sweep.progress(watcher, watcher.get_sweep(sweep_id))
-            print(f"\r{sweep_id}: {p['done']}/{p['runs']} runs done", end="", file=sys.stderr)
+            line = f"{sweep_id}: {p['done']}/{p['runs']} runs done"
+            if tty:
+                print(f"\r{line}", end="", file=sys.stderr, flush=True)
+            elif line != last:
+                print(line, file=sys.stderr, flush=True)
+            last = line
 
     thread = threading.Thread(target=report, daemon=True)
     thread.start()
