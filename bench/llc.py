@@ -42,11 +42,15 @@ def basin_estimate(target, sampler: str, chains: int, steps: int, **params) -> t
     start = time.perf_counter()
     g = torch.Generator().manual_seed(0)
     kernel = samplers.make(sampler, **params)
+    kernel.paired = True  # as an LLC run does: batch losses paired with w0's on the same batch
     w0 = target.w0.expand(chains, -1).clone()
     state = kernel.init(w0, target, g)
     _, info = kernel.run(state, target, g, steps, fused=True)
-    baseline = float(full_loss(target, target.w0[None])[0])
-    est = llc.estimate(info.loss.numpy(), baseline, kernel.nbeta_for(target))
+    if "center_loss" in info.scalars:  # minibatches: L_b(w_t) - L_b(w0) has the excess's mean
+        excess, baseline = info.loss - info.scalars["center_loss"], 0.0
+    else:
+        excess, baseline = info.loss, float(full_loss(target, target.w0[None])[0])
+    est = llc.estimate(excess.numpy(), baseline, kernel.nbeta_for(target))
     return time.perf_counter() - start, est.as_dict()
 
 
