@@ -1,7 +1,7 @@
 """``python -m bench jobs``: what running through jobs costs over the bare sampler loop.
 
 Both sides run the same spec on the same device after a warm-up (compiled chunks cached): the bare
-side is one ``kernel.run`` of all steps with nothing recorded; the jobs side is the sampling loop
+side is ``kernel.run`` in the loop's blocks with nothing kept; the jobs side is the sampling loop
 of ``jobs.run.execute`` into a fresh Store (blocks, records kept on the device, flushes to SQLite,
 progress), and, in the last column, the whole run (building the target, the summary).
 Alternating, median of the repeats.
@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from jobs.run import execute
+from jobs.run import block_steps, execute
 from jobs.spec import build, parse_spec
 from jobs.store import Store
 
@@ -36,11 +36,17 @@ CASES = {
 
 
 def bare(spec) -> float:
+    """The sampler alone: ``kernel.run`` in the jobs loop's blocks, each block's Info dropped
+    (one call of all steps would also stack every step's Info, ~0.7 GB for the banana)."""
     target, kernel, device = build(spec)
     g = torch.Generator(device=device).manual_seed(spec.seed)
     state = kernel.init(target.initial(g, spec.chains), target, g)
+    block = block_steps(spec, target.dim)
     start = time.perf_counter()
-    state, info = kernel.run(state, target, g, spec.steps, fused=kernel.fusable)
+    for done in range(0, spec.steps, block):
+        state, info = kernel.run(
+            state, target, g, min(block, spec.steps - done), fused=kernel.fusable
+        )
     info.loss.sum().item()  # the device's work is done
     return time.perf_counter() - start
 
