@@ -118,17 +118,20 @@ COMPILE_OPTIONS = {"cpu": {"cpp_wrapper": True}}
 # below a vector's width, each operation runs masked 8- or 16-lane vectors for d lanes of work:
 # scalar loops are faster there (measured at d = 2: HMC 2x at 64 and at 4096 chains).
 SCALAR_BELOW = 16
-# A compiled loop over few elements finishes before a second thread has woken up: below this
-# many chain x parameter elements, one thread (measured: HMC on the banana at 64 chains 1.24x
-# faster, the 1-chain digits MLP 1.2x; at 4096 chains two threads make HMC 1.75x faster).
+# A compiled loop over few elements finishes before a second thread has woken up: when a step's
+# loops (over chains x parameters, or chains x the data rows a step reads) are shorter than this,
+# one thread. Measured: HMC on the banana at 64 chains ~1.1x faster and the 1-chain digits MLP
+# (batch 32) ~1.2x; at 4096 chains two threads make HMC 1.75x faster, and a 10-chain polynomial
+# on 1000 points (full batch, d = 2) ran 1.8x slower on one.
 THREADED_FROM = 4096
 
 
-def compile_options(device: torch.device, chains: int, dim: int) -> dict | None:
+def compile_options(device: torch.device, chains: int, kernel: Kernel, target) -> dict | None:
     options = dict(COMPILE_OPTIONS.get(device.type, {}))
-    if device.type == "cpu" and dim < SCALAR_BELOW:
+    if device.type == "cpu" and target.dim < SCALAR_BELOW:
         options["cpp.simdlen"] = 1
-    if device.type == "cpu" and chains * dim < THREADED_FROM:
+    rows = kernel.params["batch_size"] if kernel._uses_batches(target) else (target.n or 1)
+    if device.type == "cpu" and chains * max(target.dim, rows) < THREADED_FROM:
         options["cpp.threads"] = 1
     return options or None
 
@@ -146,7 +149,7 @@ class Compiled:
         self, kernel: Kernel, target, device: torch.device, chains: int, positions: bool = False
     ):
         self.target = weakref.ref(target)  # the cache lives on the kernel; ids are reused
-        options = compile_options(device, chains, target.dim)
+        options = compile_options(device, chains, kernel, target)
         run = chunk_steps(kernel, target, positions)
         self.chunk = torch.compile(run, dynamic=False, options=options)
         self.device = device

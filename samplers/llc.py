@@ -11,6 +11,12 @@ The baseline L_n(w0) is the full-data loss by default. The paper's single-miniba
 L_m(w0) is an option, but its noise (nbeta x sd of L_m, hundreds on a tiny DLN against a true
 LLC of ~10) swamps the estimate at small scale, which is why it is not the default.
 
+With the full-data baseline, a minibatch run pairs each step's loss L_b(w_t) with w0's loss on
+the same batch, L_b(w0) (``Kernel.paired``; jobs turns it on for LLC runs): the mean of
+L_b(w_t) - L_b(w0) is L_n(w_t) - L_n(w0), and the shared batch noise cancels. On a tiny DLN at
+n = 1e5 (nbeta 8686, batch 500) the per-step spread of nbeta x the excess fell from ~340 to ~15,
+which is what made the DLN benchmark's accuracy reachable (tests/test_dln_accuracy.py).
+
 Everything here is host-side arithmetic on recorded arrays, plus two device-side probes of a
 state (the MALA acceptance of an SGLD proposal, and the minibatch gradient noise at w0).
 """
