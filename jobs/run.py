@@ -105,8 +105,8 @@ def execute(
     record = basis if basis is not None else est.positions == "all"  # projected in the scan
     chunk = None
     if records.snapshot_stride:  # blocks end at snapshots: one compiled length serves them all
-        stride = records.snapshot_stride
-        block = chunk = -(-stride // -(-stride // block))
+        pieces = math.ceil(records.snapshot_stride / block)  # blocks between two snapshots
+        block = chunk = math.ceil(records.snapshot_stride / pieces)
     last_flush = sampling = time.perf_counter()
     while done < spec.steps:
         if should_stop():
@@ -247,6 +247,8 @@ def summarise(
     burn = math.ceil(spec.burn_in / spec.thin)  # records from the burn-in
     diverged = data["diverged"][-1] if len(data.get("diverged", ())) else np.zeros(0, bool)
     good = ~diverged  # a diverged chain is frozen where it was: keep it out of the moments
+    if good.all():  # the usual case: a slice is a view, a mask would copy every record
+        good = slice(None)
     summary = {
         "run_id": run_id,
         "status": status,
@@ -273,12 +275,15 @@ def summarise(
         summary["acceptance"] = _mean(data["accepted"][burn:, good])
     position = data.get("position")
     if est.positions == "all" and position is not None and position.shape[0] - burn >= 4:
-        draws = np.moveaxis(position[burn:, good], 0, 1).astype(np.float64)  # [chains, draws, d]
-        if draws.shape[0]:
-            some = draws[:DIAGNOSTIC_CHAINS]
+        kept = position[burn:, good]  # [draws, chains, d]
+        if kept.shape[1]:
+            # torch reduces float32 with float64 accumulators (Welford), on all threads and
+            # without the float64 copy of every draw that numpy would make
+            var, mean = torch.var_mean(torch.from_numpy(kept).reshape(-1, kept.shape[-1]), 0)
+            some = np.moveaxis(kept[:, :DIAGNOSTIC_CHAINS], 0, 1).astype(np.float64)
             summary["coordinates"] = {
-                "mean": draws.mean((0, 1)).tolist(),
-                "var": draws.reshape(-1, draws.shape[-1]).var(0, ddof=1).tolist(),
+                "mean": mean.tolist(),
+                "var": var.tolist(),
                 "ess_bulk": np.atleast_1d(diagnostics.ess_bulk(some)).tolist(),
                 "rhat": np.atleast_1d(diagnostics.rhat(some)).tolist(),
                 "diagnostic_chains": len(some),
