@@ -180,6 +180,8 @@ class LLCObserver:
         est = llc.summarise(per_chain, self.count)
         burn = math.ceil(self.spec.burn_in / self.spec.thin)
         losses = records.get("loss", np.zeros((0, len(per_chain))))[burn:]
+        if "center_loss" in records:  # paired: the same excess the estimate averaged
+            losses = losses - records["center_loss"][burn:] + self.baseline
         spikes = llc.spikes(losses, self.baseline, self.nbeta, dim)
         flushes = self.store.read(self.run_id, series="flushes")
         acceptance = None

@@ -100,7 +100,7 @@ def execute(
     if est.positions == "projection":
         basis = projection(spec, est.dim, device, state.position.dtype)
         store.put_array(run_id, "projection", basis.cpu().numpy())
-    records = Records(spec, est, store, run_id, basis, isinstance(kernel, MHKernel))
+    records = Records(spec, est, store, run_id, isinstance(kernel, MHKernel))
     block, done, stopped = block_steps(spec, est.dim), 0, False
     record = basis if basis is not None else est.positions == "all"  # projected in the scan
     chunk = None
@@ -152,7 +152,7 @@ def execute(
     summary = summarise(spec, est, store, run_id, status, seconds, done, kernel, initial_loss)
     summary["sampling_seconds"] = sampling
     if observers:
-        loss = store.read(run_id, names=["loss"])
+        loss = store.read(run_id, names=["loss", "center_loss"])
         for name, observer in observers.items():
             summary["observables"][name] = observer.summary(loss)
     return summary
@@ -170,8 +170,8 @@ class Records:
     ``accepted`` is kept for Metropolis kernels only: elsewhere it is 1 - diverged, and leaving
     it out saves a third of what a 2-D run writes."""
 
-    def __init__(self, spec: RunSpec, est: Estimate, store: Store, run_id: str, basis, mh: bool):
-        self.spec, self.est, self.store, self.run_id, self.basis = spec, est, store, run_id, basis
+    def __init__(self, spec: RunSpec, est: Estimate, store: Store, run_id: str, mh: bool):
+        self.spec, self.est, self.store, self.run_id = spec, est, store, run_id
         self.mh = mh
         self.pending: list[dict[str, torch.Tensor]] = []
         self.records = 0  # records appended so far
@@ -181,7 +181,7 @@ class Records:
         # Full positions for the PCA of large models: at most record.snapshots of them, taken
         # at block ends (the loop cuts its blocks there), so that no step's full position has
         # to leave the compiled scan.
-        wanted = spec.record.snapshots if basis is not None else 0
+        wanted = spec.record.snapshots if est.positions == "projection" else 0
         self.snapshot_stride = math.ceil(est.records / wanted) * spec.thin if wanted else 0
 
     def keep(self, first_step: int, info) -> None:

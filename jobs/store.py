@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import sqlite3
@@ -142,6 +143,17 @@ def _write_all(out, data: memoryview) -> None:
     view = data
     while view:
         view = view[out.write(view) :]
+
+
+def _read_all(fd: int, view: memoryview, offset: int) -> bool:
+    """Fill ``view`` from the file at ``offset`` (a read may return less than asked for, e.g.
+    past 2 GiB); False when the file ends first."""
+    while view:
+        got = os.preadv(fd, [view], offset)
+        if got == 0:
+            return False
+        view, offset = view[got:], offset + got
+    return True
 
 
 def _unblob(dtype: str, shape: str, data: bytes) -> np.ndarray:
@@ -515,7 +527,7 @@ class Store:
             filt, args = f" AND name IN ({','.join('?' * len(names))})", tuple(names)
         # From the chunk holding `since` on (the primary key's index finds it), in one snapshot.
         sql = (
-            f"SELECT start, name, dtype, shape, offset, nbytes FROM {table} WHERE start >= "
+            f"SELECT start, name, n, offset, nbytes FROM {table} WHERE start >= "
             f"COALESCE((SELECT MAX(start) FROM {table} WHERE start <= ?), 0) AND start + n > ?"
             f"{filt} ORDER BY start"
         )
@@ -523,18 +535,23 @@ class Store:
         with _tx(self._run(run_id), "DEFERRED") as conn:
             heads = conn.execute(first, args).fetchall()
             rows = conn.execute(sql, (since, since, *args)).fetchall()
-        parts: dict[str, list[np.ndarray]] = {name: [] for name, _, _ in heads}
-        if rows:
-            with open(self._data_path(run_id), "rb") as f:
-                for start, name, dtype, shape, offset, nbytes in rows:
-                    data = os.pread(f.fileno(), nbytes, offset)
-                    if len(data) != nbytes:
-                        raise OSError(f"run {run_id}: {name} at {start} is cut short")
-                    parts[name].append(_unblob(dtype, shape, data)[max(since - start, 0) :])
+        # Each name's records are read straight into one array: no per-chunk copy to join.
+        spans = {name: [] for name, _, _ in heads}  # (record offset, records, byte offset)
+        for start, name, n, offset, nbytes in rows:
+            skip = max(since - start, 0)
+            spans[name].append((skip, n - skip, offset + skip * (nbytes // n)))
         out = {}
-        for name, dtype, shape in heads:
-            empty = np.empty((0, *json.loads(shape)[1:]), dtype=np.dtype(dtype))
-            out[name] = np.concatenate(parts[name]) if parts[name] else empty
+        with open(self._data_path(run_id), "rb") if rows else contextlib.nullcontext() as f:
+            for name, dtype, shape in heads:
+                trailing = json.loads(shape)[1:]
+                array = np.empty((sum(k for _, k, _ in spans[name]), *trailing), np.dtype(dtype))
+                flat, at = memoryview(array.reshape(-1)).cast("B"), 0
+                for _, count, offset in spans[name]:
+                    size = count * array.itemsize * math.prod(trailing)
+                    if not _read_all(f.fileno(), flat[at : at + size], offset):
+                        raise OSError(f"run {run_id}: {name} at byte {offset} is cut short")
+                    at += size
+                out[name] = array
         return out
 
     def put_array(self, run_id: str, name: str, array: np.ndarray) -> None:
