@@ -31,6 +31,7 @@ import torch
 import landscapes
 import samplers
 from samplers import llc
+from samplers.fused import compiled_entry
 from samplers.training import full_loss
 
 BENCH = Path(__file__).resolve().parent
@@ -98,12 +99,18 @@ def peer(args: list[str]) -> dict | None:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def step_cost(repeats: int, steps: int = 20) -> dict:
-    """Seconds per step: Basin's SGLD (eager and compiled) and a bare forward + backward."""
+def step_cost(repeats: int, chunks: int = 2) -> dict:
+    """Seconds per step: Basin's SGLD (eager and compiled) and a bare forward + backward.
+
+    Each timing runs ``chunks`` whole compiled chunks (13 steps each here: their noise is
+    capped at 32 MiB): a run's per-step cost. A call of fewer steps pads its last chunk with
+    no-op steps that still cost a forward and backward each, which a long run pays once."""
     target = landscapes.make("dln", size_class="100K", n=2000, seed=0, device="cpu")
     g = torch.Generator().manual_seed(0)
     kernel = samplers.make("sgld", step_size=1e-8, batch_size=500, localization=1.0)
     state = kernel.init(target.w0[None].clone(), target, g)
+    state, _ = kernel.run(state, target, g, 2, fused=True)  # compiles; learns the chunk
+    steps = chunks * compiled_entry(kernel, target, state).length()
     layers = [w[0].clone().requires_grad_(True) for w in target.unflatten(target.w0[None]).values()]
 
     def bare() -> None:
@@ -134,6 +141,7 @@ def step_cost(repeats: int, steps: int = 20) -> dict:
             times[name].append((time.perf_counter() - start) / steps)
     out = {k: statistics.median(v) for k, v in times.items()}
     out["dim"] = target.dim
+    out["steps"] = steps
     out["widths"] = list(target.widths)
     return out
 

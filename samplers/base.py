@@ -273,13 +273,19 @@ def integers(generator: torch.Generator, high: int, size: int) -> Tensor:
 
 
 def draw(
-    generator: torch.Generator, kind: str, shape: tuple[int, ...], dtype: torch.dtype, high=None
+    generator: torch.Generator,
+    kind: str,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    high=None,
+    out: Tensor | None = None,
 ) -> Tensor:
-    """One random draw from a torch.Generator, or from a fused run's Recorder/Replay."""
+    """One random draw from a torch.Generator, or from a fused run's Recorder/Replay; written
+    into ``out`` when given (a torch.Generator only)."""
     if hasattr(generator, "draw"):
         return generator.draw(kind, shape, dtype, high)
     device = generator.device
     if kind == "integers":
-        return torch.randint(high, shape, generator=generator, device=device, dtype=dtype)
+        return torch.randint(high, shape, generator=generator, device=device, dtype=dtype, out=out)
     fn = torch.randn if kind == "normal" else torch.rand
-    return fn(shape, generator=generator, device=device, dtype=dtype)
+    return fn(shape, generator=generator, device=device, dtype=dtype, out=out)

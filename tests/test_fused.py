@@ -114,3 +114,20 @@ def test_each_step_records_the_kinetic_energy_and_thermostat_of_its_state(name):
     assert info.scalars["kinetic"].shape == (5, 8)
     mala = samplers.make("mala", step_size=0.1)
     assert mala.step(mala.init(state.position, target, g), target, g)[1].scalars == {}
+
+
+def test_noise_filled_into_reused_buffers_equals_fresh_draws():
+    plan = [
+        ("normal", (3, 5), torch.float32, None),
+        ("uniform", (3,), torch.float64, None),
+        ("integers", (7,), torch.int64, 100),
+    ]
+    fresh, reused = Recorder(torch.Generator().manual_seed(5)), Recorder(torch.Generator())
+    fresh.plan = reused.plan = plan
+    reused.generator.manual_seed(5)
+    buffers = [torch.zeros(4, *shape, dtype=dtype) for _, shape, dtype, _ in plan]
+    for _ in range(2):  # the second chunk's draws go into the first chunk's buffers
+        want, got = fresh.prepare(4), reused.prepare(4, buffers)
+        assert all(g is b for g, b in zip(got, buffers, strict=True))
+        assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))
+    assert len(set(buffers[2].flatten().tolist())) > 10  # drawn, not left as they were
