@@ -253,7 +253,8 @@ def llc_bench(args: argparse.Namespace) -> None:
         *rows,
         "",
         f"100K-class DLN (widths {cost['widths']}, d = {cost['dim']}), one chain, batch 500, "
-        f"{cost['steps']} steps a timing (whole compiled chunks), ms per step: bare forward + backward {cost['bare'] * 1e3:.2f}, Basin SGLD eager "
+        f"{cost['steps']} steps a timing (whole compiled chunks), ms per step: "
+        f"bare forward + backward {cost['bare'] * 1e3:.2f}, Basin SGLD eager "
         f"{cost['eager'] * 1e3:.2f} ({cost['eager'] / cost['bare']:.2f}x), compiled "
         f"{cost['compiled'] * 1e3:.2f} ({cost['compiled'] / cost['bare']:.2f}x).",
         "",
