@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import shlex
@@ -230,27 +231,41 @@ def llc_bench(args: argparse.Namespace) -> None:
             peer_llc += f" (full-data baseline: {fmt(peer['llc_mean_full_init'], 4)})"
         rows.append(
             f"| {name} | {r['true']:g} | {fmt(b['mean'], 4)} +- {fmt(b['std'], 2)} | "
+            f"{'compiled' if b['compiled'] else 'eager'} | "
             f"{peer_llc} | {r['basin_cold_s']:.2f} | {warm:.3f} | {fmt(peer_s, 4)} | "
             f"{fmt(peer_s / r['basin_cold_s'] if peer_s else None)} | "
             f"{fmt(peer_s / warm if peer_s else None)} |"
         )
     cost = results["step_cost"]
+    nc = results["normal-crossing"]
+    errors = [m - nc["true"] for m in nc["seeds"]]
+    peer_error = (nc["devinterp"] or {}).get("llc_mean", math.nan) - nc["true"]
+    seeds = (
+        f"Accuracy on normal-crossing, where one estimate's error is mostly its own noise: "
+        f"Basin with {len(errors)} more seeds (same data) reads "
+        f"{statistics.mean(nc['seeds']):.4f} on average, SD {statistics.stdev(nc['seeds']):.4f}"
+        f" between seeds, RMS error {math.sqrt(statistics.mean(e * e for e in errors)):.4f}; "
+        f"devinterp's one run is off by {peer_error:+.4f}."
+    )
     block = [
         "",
         f"## {stamp}: LLC, Basin vs devinterp 1.3.2",
         "",
         f"`python -m bench {shlex.join(sys.argv[1:])}`. Basin: median of {args.repeats} warm "
-        "repeats after one cold run (compile included); devinterp: one run per case (its "
+        "repeats after one cold run (its compile included where it compiles: Basin steps); "
+        "devinterp: one run per case (its "
         "estimator call). LLC: mean +- SD over chains. Goal (issue 5): devinterp / Basin >= 200 "
         "on normal-crossing at equal or better accuracy; 100K-class DLN step <= 1.2 x a bare "
         "forward + backward.",
         "",
         machine(f"torch {__import__('torch').__version__}, float32"),
         "",
-        "| task | true LLC | Basin LLC | devinterp LLC | Basin cold s | Basin warm s "
-        "| devinterp s | devinterp / Basin cold | devinterp / Basin warm |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| task | true LLC | Basin LLC | Basin steps | devinterp LLC | Basin cold s "
+        "| Basin warm s | devinterp s | devinterp / Basin cold | devinterp / Basin warm |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
         *rows,
+        "",
+        seeds,
         "",
         f"100K-class DLN (widths {cost['widths']}, d = {cost['dim']}), one chain, batch 500, "
         f"{cost['steps']} steps a timing (whole compiled chunks), ms per step: "

@@ -65,7 +65,17 @@ def spec_from_args(args: argparse.Namespace) -> dict:
         }
     if args.sampler:
         data["sampler"] = {"name": args.sampler, "params": _pairs(args.param, "--param")}
-    for key in ("chains", "steps", "burn_in", "thin", "seed", "device", "dtype", "flush_every"):
+    for key in (
+        "chains",
+        "steps",
+        "burn_in",
+        "thin",
+        "seed",
+        "device",
+        "dtype",
+        "flush_every",
+        "compile",
+    ):
         if getattr(args, key) is not None:
             data[key] = getattr(args, key)
     if args.observe:
@@ -105,6 +115,11 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="auto (CUDA when present), cpu, cuda or cuda:<i>")
     p.add_argument("--dtype", choices=("float32", "float64"))
     p.add_argument("--flush-every", dest="flush_every", type=int)
+    p.add_argument(
+        "--compile",
+        choices=("auto", "always", "never"),
+        help="compiled chunks of steps: auto (when the compile pays within the run; default)",
+    )
     p.add_argument("--observe", action="append", default=[], metavar="NAME", help="e.g. llc")
     llc = p.add_argument_group("LLC (with --observe llc)")
     llc.add_argument(

@@ -45,6 +45,15 @@ def block_steps(spec: RunSpec, dim: int) -> int:
     return min(MAX_BLOCK, 1 << (fit.bit_length() - 1))
 
 
+def compiled(spec: RunSpec, kernel, state, target) -> bool:
+    """Whether the run's steps go through compiled chunks (``spec.compile``)."""
+    from samplers.fused import worth_compiling  # imports torch's compiler: only when running
+
+    if spec.compile == "auto":
+        return worth_compiling(kernel, state, target, spec.steps)
+    return spec.compile == "always" and kernel.fusable
+
+
 @dataclass
 class Progress:
     steps_done: int
@@ -107,6 +116,7 @@ def execute(
     if records.snapshot_stride:  # blocks end at snapshots: one compiled length serves them all
         pieces = math.ceil(records.snapshot_stride / block)  # blocks between two snapshots
         block = chunk = math.ceil(records.snapshot_stride / pieces)
+    fused = compiled(spec, kernel, state, target)
     last_flush = sampling = time.perf_counter()
     while done < spec.steps:
         if should_stop():
@@ -119,7 +129,6 @@ def execute(
         snapshot = records.next_snapshot(done)
         if snapshot is not None:  # the block ends at the snapshot: it is the block's final state
             n = min(n, snapshot + 1 - done)
-        fused = kernel.fusable  # the first step of a chain runs eagerly in any case
         state, info = kernel.run(
             state, target, generator, n, fused=fused, chunk=chunk, positions=record
         )

@@ -235,7 +235,10 @@ class Target(ABC):
         return self.loss_and_grad(w, batch)[1]
 
     def loss_and_grad(self, w: Tensor, batch: Batch = None) -> tuple[Tensor, Tensor]:
-        w = self.check_position(w)
+        return self._loss_and_grad(self.check_position(w), batch)
+
+    def _loss_and_grad(self, w: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        # overridden where the loss and its gradient share work
         if type(self)._grad is not Target._grad:
             return self._loss(w, batch), self._grad(w, batch)
         return self._autograd(w, batch)

@@ -233,14 +233,17 @@ def in_process(home: Path, sampler: str, params: dict, **spec) -> tuple[dict, di
     return summary, store.read(run_id)
 
 
-@pytest.mark.parametrize("flush_every", [100, 0])  # fixed flushes; or every ~0.5 s (auto)
-def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path, flush_every):
+@pytest.mark.parametrize(
+    ("flush_every", "compile"),  # fixed flushes, or every ~0.5 s; compiled chunks, or eager
+    [(100, "always"), (0, "always"), (0, "auto")],
+)
+def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path, flush_every, compile):
     from jobs.spec import _built
 
     # Blocks never depend on timing. The first run compiles its chunks; the second reuses them
     # (the process keeps the kernel it built), and must draw the same noise all the same.
     _built.cache_clear()
-    spec = {"chains": 16, "steps": 300, "thin": 2, "flush_every": flush_every}
+    spec = {"chains": 16, "steps": 300, "thin": 2, "flush_every": flush_every, "compile": compile}
     runs = [in_process(tmp_path / h, "mala", {"step_size": 0.1}, **spec)[1] for h in "ab"]
     assert runs[0].keys() == runs[1].keys() and len(runs[0]["step"]) == 150
     for name in runs[0]:
@@ -248,6 +251,34 @@ def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path, flush_every):
     assert "kinetic" not in runs[0]  # MALA has no scalars of its own
     _, other = in_process(tmp_path / "c", "mala", {"step_size": 0.1}, **spec, seed=1)
     assert not np.array_equal(other["position"], runs[0]["position"])
+
+
+def test_a_run_compiles_only_when_the_compile_pays_within_it(tmp_path, monkeypatch):
+    from jobs.run import execute
+    from jobs.spec import _built, build, parse_spec
+    from samplers import fused
+
+    def compiled_entries(steps: int, compile: str) -> int:
+        _built.cache_clear()
+        spec = parse_spec(
+            {
+                "target": {"name": "banana"},
+                "sampler": {"name": "sgld", "params": {"step_size": 0.01}},
+                **{"chains": 8, "steps": steps, "compile": compile},
+            }
+        )
+        store = Store(tmp_path / f"{steps}-{compile}")
+        execute(spec, store, store.create(spec.model_dump(mode="json")))
+        return len(build(spec)[1].__dict__.get("_compiled", {}))  # the run's (cached) kernel
+
+    # An SGLD step on the banana dispatches ~74 operations eagerly: ~0.2 ms, so ~20,000 steps
+    # repay a ~5 s compile; 500 steps run eagerly under auto, and compile when asked to.
+    assert compiled_entries(500, "auto") == 0
+    assert compiled_entries(500, "never") == 0
+    assert compiled_entries(500, "always") == 1
+    monkeypatch.setattr(fused, "COMPILE_SECONDS", 0.05)  # a compile that 500 steps repay
+    assert compiled_entries(500, "auto") == 1
+    assert compiled_entries(100, "auto") == 0
 
 
 def test_momentum_kernels_record_their_scalars_per_step(tmp_path):

@@ -62,6 +62,11 @@ BAD = [
     (spec_with(device="gpu"), "device", ["'auto', 'cpu', 'cuda' or 'cuda:<i>'", "got 'gpu'"]),
     (spec_with(device="cuda:x"), "device", ["'cuda:<i>'", "got 'cuda:x'"]),
     (spec_with(dtype="float16"), "dtype", ["['float32', 'float64']", "got 'float16'"]),
+    (
+        spec_with(compile="sometimes"),
+        "compile",
+        ["one of ['auto', 'always', 'never']", "got 'sometimes'"],
+    ),
     (spec_with(observables=["lcc"]), "observables", ["names from ['llc']", "got 'lcc'"]),
     (spec_with(colour="red"), "colour", ["unknown field", "'chains'", "'flush_every'"]),
     (
