@@ -129,7 +129,12 @@ def step_cost(repeats: int, chunks: int = 2) -> dict:
             for w in layers:
                 w.grad = None
 
-    def basin(fused: bool):
+    # An LLC run with the full-data baseline also evaluates w0's loss on each step's batch
+    # (``Kernel.paired``): one more forward pass of one chain, a third of the step at C = 1.
+    paired = samplers.make("sgld", step_size=1e-8, batch_size=500, localization=1.0)
+    paired.paired = True
+
+    def basin(fused: bool, kernel=kernel):
         def go() -> None:
             nonlocal state
             state, _ = kernel.run(state, target, g, steps, fused=fused)
@@ -137,6 +142,7 @@ def step_cost(repeats: int, chunks: int = 2) -> dict:
         return go
 
     cases = {"bare": bare, "eager": basin(False), "compiled": basin(True)}
+    cases["compiled_paired"] = basin(True, paired)
     for go in cases.values():
         go()  # warm-up (and compile)
     times: dict[str, list[float]] = {k: [] for k in cases}

@@ -160,6 +160,7 @@ def execute(
     status = "cancelled" if stopped else "completed"
     summary = summarise(spec, est, store, run_id, status, seconds, done, kernel, initial_loss)
     summary["sampling_seconds"] = sampling
+    summary["compiled"] = fused  # whether the steps ran as compiled chunks (spec.compile)
     if observers:
         loss = store.read(run_id, names=["loss", "center_loss"])
         for name, observer in observers.items():

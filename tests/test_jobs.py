@@ -268,8 +268,10 @@ def test_a_run_compiles_only_when_the_compile_pays_within_it(tmp_path, monkeypat
             }
         )
         store = Store(tmp_path / f"{steps}-{compile}")
-        execute(spec, store, store.create(spec.model_dump(mode="json")))
-        return len(build(spec)[1].__dict__.get("_compiled", {}))  # the run's (cached) kernel
+        summary = execute(spec, store, store.create(spec.model_dump(mode="json")))
+        entries = len(build(spec)[1].__dict__.get("_compiled", {}))  # the run's (cached) kernel
+        assert summary["compiled"] == (entries == 1)
+        return entries
 
     # An SGLD step on the banana dispatches ~74 operations eagerly: ~0.2 ms, so ~20,000 steps
     # repay a ~5 s compile; 500 steps run eagerly under auto, and compile when asked to.
