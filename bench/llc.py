@@ -129,12 +129,14 @@ def step_cost(repeats: int, chunks: int = 2) -> dict:
             for w in layers:
                 w.grad = None
 
-    # An LLC run with the full-data baseline also evaluates w0's loss on each step's batch
-    # (``Kernel.paired``): one more forward pass of one chain, a third of the step at C = 1.
+    # An LLC run with the full-data baseline also reports w0's loss on each step's batch
+    # (``Kernel.paired``): the mean of the batch's entries in L_i(w0), computed at init.
     paired = samplers.make("sgld", step_size=1e-8, batch_size=500, localization=1.0)
     paired.paired = True
 
     def basin(fused: bool, kernel=kernel):
+        state = kernel.init(target.w0[None].clone(), target, g)  # the paired one: with L_i(w0)
+
         def go() -> None:
             nonlocal state
             state, _ = kernel.run(state, target, g, steps, fused=fused)

@@ -53,10 +53,25 @@ class Network(Target):
         return self.criterion(self.forward(self.unflatten(w), x), y)
 
     def criterion(self, out: Tensor, y: Tensor) -> Tensor:
+        return self.per_sample(out, y).mean(-1)
+
+    def per_sample(self, out: Tensor, y: Tensor) -> Tensor:
+        """[C, B]: each point's loss (cross-entropy, or squared error summed over outputs)."""
         if self.task == "classification":
             picked = out.gather(-1, y.expand(out.shape[0], -1)[..., None]).squeeze(-1)
-            return (torch.logsumexp(out, -1) - picked).mean(-1)
-        return ((out - y) ** 2).sum(-1).mean(-1)
+            return torch.logsumexp(out, -1) - picked
+        return ((out - y) ** 2).sum(-1)
+
+    def sample_losses(self, w: Tensor, chunk: int = 8192) -> Tensor:
+        """[C, n]: each training point's loss at ``w`` (``loss`` is their mean), ``chunk``
+        points per forward pass."""
+        params = self.unflatten(self.check_position(w))
+        with torch.no_grad():
+            parts = [
+                self.per_sample(self.forward(params, self.x[s : s + chunk]), self.y[s : s + chunk])
+                for s in range(0, self.n, chunk)
+            ]
+        return torch.cat(parts, 1)
 
     def test_loss(self, w: Tensor) -> Tensor:
         return self.criterion(self.predict(w, self.x_test), self.y_test)

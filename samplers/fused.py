@@ -75,17 +75,19 @@ def chunk_steps(kernel: Kernel, target, positions: bool = False):
         noise: list[Tensor],
         active: Tensor,
         basis: Tensor | None = None,
+        center_losses: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, dict[str, Tensor], Info]:
         keys = list(aux)
 
         def one_step(carry, xs):
             *draws, live = xs
             # step=1: fused chunks always follow a first eager step; a constant keeps one graph
-            state = State(carry[0], center, carry[1], 1, dict(zip(keys, carry[2:], strict=True)))
+            aux = dict(zip(keys, carry[2:], strict=True))
+            state = State(carry[0], center, carry[1], 1, aux, center_losses)
             replay = Replay(draws)
-            batch = kernel._batch(target, replay)
+            index, batch = kernel._indexed_batch(target, replay)
             new, loss, acc = kernel.update(state, target, batch, replay)
-            paired = kernel._paired(state, target, batch)
+            paired = kernel._paired(state, target, batch, index)
             state, info = kernel._contain(state, new, loss, acc, hold=~live, extra=paired)
             out = (state.position, state.diverged, *(state.aux[k] for k in keys))
             # scan refuses outputs that alias each other or an input: copy those (tiny tensors)
@@ -239,6 +241,7 @@ def run_fused(
             noise,
             entry.active(chunk, n),
             basis,
+            state.center_losses,
         )
         state = replace(state, position=position, diverged=diverged, aux=aux, step=state.step + n)
         traced = None if info.position is None else info.position[:n]

@@ -131,3 +131,26 @@ def test_noise_filled_into_reused_buffers_equals_fresh_draws():
         assert all(g is b for g, b in zip(got, buffers, strict=True))
         assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))
     assert len(set(buffers[2].flatten().tolist())) > 10  # drawn, not left as they were
+
+
+@pytest.mark.slow
+def test_a_paired_compiled_chunk_reports_w0s_loss_on_each_steps_batch():
+    target = build("tanh")
+    kernel = samplers.make("sgld", step_size=1e-4, batch_size=10)
+    kernel.paired = True
+    g = torch.Generator().manual_seed(0)
+    start = target.initial(g, 4) + 0.3 * torch.randn(
+        4, target.dim, generator=g, dtype=torch.float64
+    )
+    state = kernel.init(start, target, g)
+    assert state.center_losses.shape == (target.n,)  # every point's loss at w0, once
+    recorder = Recorder(g)
+    state, _ = kernel.step(state, target, recorder)
+    noise = recorder.prepare(4)
+    (index,) = [n for n in noise if n.dtype == torch.int64]  # each step's minibatch
+    entry = compiled_entry(kernel, target, state)
+    args = (state.position, state.center, state.diverged, state.aux, noise, torch.ones(4) > 0)
+    got = entry.chunk(*args, None, state.center_losses)[3].scalars["center_loss"]
+    for i in range(4):  # w0's loss on step i's batch, evaluated directly
+        want = target.loss(state.center[:1], target.batch(index[i]))
+        torch.testing.assert_close(got[i], want.expand(4), rtol=1e-12, atol=1e-12)

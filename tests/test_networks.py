@@ -452,6 +452,21 @@ def test_regression_criterion_sums_outputs_and_averages_samples():
     torch.testing.assert_close(target.loss(w), expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("key", ["mlp-digits", "rrr"])
+def test_each_points_loss_is_its_cross_entropy_or_squared_error(key):
+    target = cached(key)
+    w = positions(target, chains=3)
+    pred = target.predict(w, target.x)  # [C, n, out]
+    if target.task == "classification":
+        y = target.y.reshape(-1)
+        want = torch.stack([F.cross_entropy(p, y, reduction="none") for p in pred])
+    else:
+        want = ((pred - target.y) ** 2).sum(-1)
+    got = target.sample_losses(w, chunk=77)  # chunks that do not divide n
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got.mean(1), target.loss(w), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("key", sorted(NETWORKS))
 def test_float32_matches_float64(key):
     t64, t32 = cached(key), build(key, dtype="float32")
