@@ -107,10 +107,9 @@ class Kernel(ABC):
     ) -> dict[str, Tensor]:
         if not self.paired or batch is None:
             return {}
-        if state.center_losses is None:  # a state not made by init: evaluate directly
-            center = target.loss(state.center[:1], batch)[0]
-        else:
-            center = state.center_losses[index].mean()
+        if state.center_losses is None:
+            raise ValueError("paired: set kernel.paired before kernel.init, which computes L_i(w0)")
+        center = state.center_losses[index].mean()
         return {"center_loss": center.expand(state.position.shape[0])}
 
     def run(

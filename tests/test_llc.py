@@ -183,3 +183,14 @@ def test_a_paired_step_reports_w0s_loss_on_its_own_batch_and_the_pairs_cut_the_n
     assert abs(float((paired - plain)[0])) < 4 * se
     # ... and the pairs remove most of the batch noise: per step, a far smaller spread
     assert float((loss - center).std(0).mean()) < float(loss.std(0).mean()) / 5
+
+
+def test_pairing_a_kernel_after_its_init_is_refused_with_the_remedy():
+    import samplers
+
+    target = landscapes.make("dln", seed=4, n=500, device="cpu")
+    kernel = samplers.make("sgld", step_size=1e-7, batch_size=50)
+    state = kernel.init(target.w0[None], target, torch.Generator().manual_seed(0))
+    kernel.paired = True  # too late: init did not compute every point's loss at w0
+    with pytest.raises(ValueError, match=r"before kernel\.init"):
+        kernel.step(state, target, torch.Generator().manual_seed(1))
