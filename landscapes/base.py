@@ -198,6 +198,9 @@ TargetSpec = Spec
 # The Target base class.
 
 
+DATA_CHUNK = 65536  # training points per forward pass over the full data
+
+
 class Target(ABC):
     """A loss on chain-batched positions. Subclasses implement ``_loss`` and, where cheap,
     ``_grad``; everything else (shape checks, autograd fallback, device moves) lives here.
@@ -280,6 +283,24 @@ class Target(ABC):
     mean: Tensor | None = None
     cov: Tensor | None = None
 
+    def plane_loss(
+        self, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor, chunk: int
+    ) -> Tensor:
+        """Tensor[P]: the full-data loss at theta + a_p v0 + b_p v1 (``theta`` [d], ``vectors``
+        [2, d], ``a`` and ``b`` [P]; loss-landscape surfaces), ``chunk`` points per batched
+        pass. Networks whose structure makes the plane cheaper override this."""
+        return torch.cat(
+            [
+                full_loss(
+                    self,
+                    theta
+                    + a[s : s + chunk, None] * vectors[0]
+                    + b[s : s + chunk, None] * vectors[1],
+                )
+                for s in range(0, a.shape[0], chunk)
+            ]
+        )
+
     # -- helpers shared by every target ----------------------------------------------------
     dtype: torch.dtype = torch.float32
     device: torch.device = torch.device("cpu")
@@ -355,7 +376,7 @@ class Target(ABC):
         return f"<{type(self).__name__} {self.name} dim={self.dim} n={self.n}>"
 
 
-def full_loss(target: Target, w: Tensor, chunk: int = 65536) -> Tensor:
+def full_loss(target: Target, w: Tensor, chunk: int = DATA_CHUNK) -> Tensor:
     """[C] the loss on all n points, in chunks of points so memory stays bounded (the mean
     per-sample loss for networks; the energy for potentials, which have no data)."""
     if target.n is None or target.n <= chunk:

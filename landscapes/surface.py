@@ -7,8 +7,9 @@ The trajectory is projected on the same plane, c = argmin |theta_t - theta* - c0
 (the dot products c_j = (theta_t - theta*) . v_j when the directions are orthonormal), and keeps
 its own full-data loss, so points sit off the surface where the plane is not the whole story.
 
-Grid points are evaluated as chains: a chunk of points is one ``[C, d]`` batch for the target's
-chain-batched loss, so a 41 x 41 grid costs a few batched forward passes, on any device. Nothing
+Grid points are evaluated as chains (``Target.plane_loss``): a chunk of points is one ``[C, d]``
+batch for the target's chain-batched loss, so a 41 x 41 grid costs a few batched forward passes,
+on any device; an MLP computes its first layer once per direction, not once per point. Nothing
 here forms a d x d matrix: the PCA is an SVD of the (points x d) trajectory, and Hessian
 eigenvectors come from Lanczos (ARPACK) on Hessian-vector products.
 """
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .base import ParamError, Target, full_loss
+from .base import DATA_CHUNK, ParamError, Target, full_loss
 
 DIRECTIONS = ("pca", "random", "hessian")
 REFERENCES = ("auto", "w0", "mean", "last", "best")
@@ -41,7 +42,6 @@ DENSE_HESSIAN_MAX = 64  # d up to which the Hessian is formed from d HVPs and so
 # 0.66 s in chunks of 534 (medians of alternating runs, 2 cores). A GPU wants large batches,
 # bounded by memory (~256 MB in float64).
 CHUNK_ELEMENTS = {"cpu": 2**21, "cuda": 2**25}
-DATA_CHUNK = 65536  # training points per forward pass (full_loss's chunk)
 
 
 # -- directions ----------------------------------------------------------------------------------
@@ -338,13 +338,29 @@ def grid_losses(
     """[len(c0), len(c1)]: ``loss[i, j]`` = L(theta + c0[i] v0 + c1[j] v1), evaluated a chunk of
     grid points at a time (the points are made per chunk, so memory stays bounded)."""
     a, b = np.meshgrid(c0, c1, indexing="ij")
-    a, b = a.ravel(), b.ravel()
-    chunk = chunk or points_per_chunk(target)
-    parts = [
-        losses(target, plane(theta, vectors, a[s : s + chunk], b[s : s + chunk], target), chunk)
-        for s in range(0, a.size, chunk)
-    ]
-    return np.concatenate(parts).reshape(len(c0), len(c1))
+    return plane_losses(target, theta, vectors, a.ravel(), b.ravel(), chunk).reshape(
+        len(c0), len(c1)
+    )
+
+
+def plane_losses(
+    target: Target,
+    theta: np.ndarray,
+    vectors: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    chunk: int | None = None,
+) -> np.ndarray:
+    """[P] the full-data loss at theta + a_p v0 + b_p v1 (``Target.plane_loss``: points as
+    chains, ``chunk`` at a time); non-finite values come back as NaN."""
+    kw = {"device": target.device, "dtype": target.dtype}
+    with torch.no_grad():
+        values = target.plane_loss(
+            *(torch.as_tensor(x, **kw) for x in (theta, vectors, a, b)),
+            chunk or points_per_chunk(target),
+        )
+    values = values.double().cpu().numpy()
+    return np.where(np.isfinite(values), values, np.nan)
 
 
 def sweep(
@@ -352,7 +368,7 @@ def sweep(
 ) -> np.ndarray:
     """[m] the 1-D sweep L(theta + c v) at ``coords`` (TATi Fig. 8)."""
     vectors = np.stack([direction, np.zeros_like(direction)])
-    return losses(target, plane(theta, vectors, coords, np.zeros_like(coords), target), chunk)
+    return plane_losses(target, theta, vectors, coords, np.zeros_like(coords), chunk)
 
 
 def project(

@@ -46,6 +46,39 @@ def test_grid_centre_is_the_reference_loss_and_chunks_do_not_change_the_grid():
     np.testing.assert_allclose(S.sweep(target, theta, vectors[1], c), one[4], rtol=1e-13)
 
 
+@pytest.mark.parametrize(
+    "dataset, hidden, activation",
+    [
+        ("digits", (8,), "relu"),
+        ("moons", (5, 4), "tanh"),
+        ("moons", (3,), "gelu"),
+        ("two-clusters", (6,), "sigmoid"),  # regression: squared error
+        ("digits", (), "relu"),  # the SLP: the first layer is the whole network
+    ],
+)
+def test_the_mlp_plane_path_equals_a_forward_pass_at_every_point(
+    dataset, hidden, activation, monkeypatch
+):
+    """MLP.plane_loss shares the first layer's pre-activations across the plane; each value
+    must equal the ordinary forward pass at the point itself, also across data chunks."""
+    import landscapes.networks as N
+
+    target = landscapes.make(
+        "mlp", dataset=dataset, hidden_sizes=hidden, activation=activation, dtype="float64"
+    )
+    g = torch.Generator().manual_seed(3)
+    theta, vectors = target.initial(g, 1)[0], target.initial(g, 2)
+    a = torch.tensor([0.0, 0.7, -1.3, 2.0, -0.2])
+    b = torch.tensor([0.0, -0.4, 0.9, 1.5, 3.0])
+    points = theta + a[:, None].double() * vectors[0] + b[:, None].double() * vectors[1]
+    expected = target.loss(points)
+    got = target.plane_loss(theta, vectors, a.double(), b.double(), chunk=2)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+    monkeypatch.setattr(N, "DATA_CHUNK", 97)  # several data chunks, the last one short
+    got = target.plane_loss(theta, vectors, a.double(), b.double(), chunk=3)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+
+
 def gaussian_trajectory(eigenvalues, d, chains, draws, seed):
     rng = np.random.default_rng(seed)
     axes = np.linalg.qr(rng.standard_normal((d, d)))[0].T  # rows: the principal axes
