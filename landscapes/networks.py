@@ -381,11 +381,7 @@ class MLP(Network):
                         layers[l + 1][:, :, None], layers[l], act(h), out=out[: h.shape[0]]
                     )
                 if self.task == "classification":
-                    # -log p(y): log_softmax + gather is ~1.5x faster than F.cross_entropy's
-                    # nll_loss2d on this layout, with the same numbers
-                    each = -torch.log_softmax(h, 1).gather(1, y[:, None].expand(len(h), 1, -1))[
-                        :, 0
-                    ]
+                    each = F.cross_entropy(h, y.expand(h.shape[0], -1), reduction="none")
                 else:
                     each = ((h - y.reshape(x.shape[0], -1).T) ** 2).sum(1)
                 total[s : s + chunk] += each.sum(-1)
