@@ -366,7 +366,7 @@ class MLP(Network):
         first = list(self.unflatten(torch.stack([theta, vectors[0], vectors[1]])).values())[:2]
         total = theta.new_zeros(a.shape[0])
         for d in range(0, self.n, DATA_CHUNK):
-            x, y = self.x[d : d + DATA_CHUNK], self.y[d : d + DATA_CHUNK].reshape(1, -1)
+            x, y = self.x[d : d + DATA_CHUNK], self.y[d : d + DATA_CHUNK]
             pre = torch.baddbmm(first[1][:, :, None], first[0], x.T.expand(3, -1, -1))
             base, span = pre[0].reshape(1, -1), pre[1:].reshape(2, -1)
             rows = min(chunk, a.shape[0])
@@ -381,9 +381,9 @@ class MLP(Network):
                         layers[l + 1][:, :, None], layers[l], act(h), out=out[: h.shape[0]]
                     )
                 if self.task == "classification":
-                    each = F.cross_entropy(h, y.expand(h.shape[0], -1), reduction="none")
+                    each = F.cross_entropy(h, y.reshape(1, -1).expand(len(h), -1), reduction="none")
                 else:
-                    each = ((h - y.reshape(x.shape[0], -1).T) ** 2).sum(1)
+                    each = ((h - y.T) ** 2).sum(1)
                 total[s : s + chunk] += each.sum(-1)
         return total / self.n
 

@@ -38,9 +38,10 @@ EXACT_PCA_MAX = 1000  # min(points, d) up to which the PCA is a full SVD
 SPECTRUM = 100  # principal components reported at least (when the trajectory has them)
 DENSE_HESSIAN_MAX = 64  # d up to which the Hessian is formed from d HVPs and solved with eigh
 # Floats of parameters + activations per batch of grid points. On a CPU a batch that stays near
-# the cache is faster: a 41 x 41 digits-MLP grid took 0.36-0.43 s in chunks of 33-66 points and
-# 0.66 s in chunks of 534 (medians of alternating runs, 2 cores). A GPU wants large batches,
-# bounded by memory (~256 MB in float64).
+# the cache is no slower: a 41 x 41 digits-MLP grid (MLP.plane_loss, float32, 2 cores) took
+# 30-34 ms in chunks of 16-41 points and 46 ms in chunks of 82 on a quiet host (medians of 5),
+# and 54-64 ms at every size on a busy one. A GPU wants large batches, bounded by memory
+# (~256 MB in float64).
 CHUNK_ELEMENTS = {"cpu": 2**21, "cuda": 2**25}
 
 
@@ -298,11 +299,14 @@ def losses(target: Target, points: Tensor, chunk: int | None = None) -> np.ndarr
     """Full-data loss [P] at ``points`` [P, d], ``chunk`` points at a time as chains. Non-finite
     values come back as NaN (a grid point far out may overflow; the rest stand)."""
     chunk = chunk or points_per_chunk(target)
-    out = []
     with torch.no_grad():
-        for s in range(0, points.shape[0], chunk):
-            out.append(full_loss(target, points[s : s + chunk], DATA_CHUNK).double().cpu())
-    values = torch.cat(out).numpy() if out else np.empty(0)
+        parts = [full_loss(target, points[s : s + chunk]) for s in range(0, len(points), chunk)]
+    return finite(torch.cat(parts) if parts else points.new_empty(0))
+
+
+def finite(values: Tensor) -> np.ndarray:
+    """Losses as float64 numpy, NaN where a point overflowed (the rest of the grid stands)."""
+    values = values.double().cpu().numpy()
     return np.where(np.isfinite(values), values, np.nan)
 
 
@@ -315,16 +319,6 @@ def coordinates(grid: int, half_width: float) -> np.ndarray:
         raise ParamError("range", f"must be a finite number > 0, got {half_width!r}")
     h = (grid - 1) // 2
     return half_width * (np.arange(grid) - h) / h
-
-
-def plane(
-    theta: np.ndarray, vectors: np.ndarray, a: np.ndarray, b: np.ndarray, like: Target
-) -> Tensor:
-    """[P, d] the points theta + a_p v0 + b_p v1 on the target's device and dtype."""
-    kw = {"device": like.device, "dtype": like.dtype}
-    t, v = torch.as_tensor(theta, **kw), torch.as_tensor(vectors, **kw)
-    a, b = torch.as_tensor(a, **kw), torch.as_tensor(b, **kw)
-    return t + a[:, None] * v[0] + b[:, None] * v[1]
 
 
 def grid_losses(
@@ -359,8 +353,7 @@ def plane_losses(
             *(torch.as_tensor(x, **kw) for x in (theta, vectors, a, b)),
             chunk or points_per_chunk(target),
         )
-    values = values.double().cpu().numpy()
-    return np.where(np.isfinite(values), values, np.nan)
+    return finite(values)
 
 
 def sweep(
@@ -525,9 +518,7 @@ def surface(
     half_width = auto_range(path) if half_width is None else float(half_width)
     c0 = c1 = coordinates(grid, half_width)
     loss = grid_losses(target, theta, dirs.vectors, c0, c1, chunk)
-    reference_loss = float(
-        losses(target, plane(theta, dirs.vectors, np.zeros(1), np.zeros(1), target))[0]
-    )
+    reference_loss = float(plane_losses(target, theta, dirs.vectors, np.zeros(1), np.zeros(1))[0])
     sweep_c = np.linspace(-5 * half_width, 5 * half_width, 201)  # TATi Fig. 8: 5x the domain
     sweep_loss = np.stack([sweep(target, theta, v, sweep_c, chunk) for v in dirs.vectors])
     seen = np.concatenate([loss.ravel(), path_loss.ravel(), [reference_loss]])
