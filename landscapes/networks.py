@@ -13,6 +13,7 @@ the mean cross-entropy. The default nbeta is n / log n, the LLC convention (beta
 
 from __future__ import annotations
 
+import itertools
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
@@ -328,6 +329,19 @@ ACTIVATIONS_INPLACE = {
 }
 
 
+def equal_runs(values: list[float], most: int) -> list[tuple[int, int]]:
+    """[start, end) spans of consecutive equal ``values`` (a grid's rows), each cut into the
+    fewest equal parts of at most ``most`` (a row of 41 in parts of 33 is 21 + 20, not 33 + 8)."""
+    runs, start = [], 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            parts = -(-(i - start) // most)
+            edges = [start + (i - start) * k // parts for k in range(parts + 1)]
+            runs += itertools.pairwise(edges)
+            start = i
+    return runs
+
+
 class MLP(Network):
     """Fully connected network; parameters named like torch.nn.Sequential of Linear layers."""
 
@@ -358,33 +372,45 @@ class MLP(Network):
         """The first layer is linear in its own parameters (x W^T + b), so on the plane its
         pre-activation is pre(theta) + a pre(v0) + b pre(v1): three passes over the data serve
         every grid point, where a forward pass per point repeats the first layer's
-        multiply-adds (87% of the digits MLP's). Activations run [P, width, data], so each
-        later layer is a batched matmul along the data and the loss reads classes on dim 1.
-        They live in buffers reused by every chunk: fresh multi-MB tensors per chunk cost
-        page faults that took longer than the arithmetic."""
+        multiply-adds (87% of the digits MLP's). Points that share ``a`` (a grid's row) share
+        pre(theta) + a pre(v0), so a row is one broadcast multiply-add and each later layer one
+        batched matmul along the data, activations laid out [points, width, data]. They live
+        in buffers reused by every row: fresh multi-MB tensors cost page faults that took
+        longer than the arithmetic."""
         act = ACTIVATIONS_INPLACE[self.activation]
+        shapes = list(self.layout.values())
+        sizes = [math.prod(shape) for shape in shapes]
         first = list(self.unflatten(torch.stack([theta, vectors[0], vectors[1]])).values())[:2]
+        later = theta[sum(sizes[:2]) :] + torch.stack([a, b], 1) @ vectors[:, sum(sizes[:2]) :]
+        tail = [  # the later layers' parameters at every point, [P, ...] each
+            part.reshape(-1, *shape)
+            for part, shape in zip(later.split(sizes[2:], 1), shapes[2:], strict=True)
+        ]
+        coords = a.tolist()  # one host read; each row's a is a scalar
+        rows = equal_runs(coords, chunk)
         total = theta.new_zeros(a.shape[0])
         for d in range(0, self.n, DATA_CHUNK):
             x, y = self.x[d : d + DATA_CHUNK], self.y[d : d + DATA_CHUNK]
             pre = torch.baddbmm(first[1][:, :, None], first[0], x.T.expand(3, -1, -1))
-            base, span = pre[0].reshape(1, -1), pre[1:].reshape(2, -1)
-            rows = min(chunk, a.shape[0])
-            buffers = [pre.new_empty(rows, width, x.shape[0]) for width in self.sizes[1:]]
-            for s in range(0, a.shape[0], chunk):
-                ab = torch.stack([a[s : s + chunk], b[s : s + chunk]], 1)  # [P, 2]
-                h = buffers[0][: ab.shape[0]]
-                torch.addmm(base, ab, span, out=h.view(len(ab), -1))  # pre on the plane
-                layers = list(self.unflatten(theta + ab @ vectors).values())[2:]
-                for l, out in zip(range(0, len(layers), 2), buffers[1:], strict=True):
-                    h = torch.baddbmm(
-                        layers[l + 1][:, :, None], layers[l], act(h), out=out[: h.shape[0]]
-                    )
+            row = torch.empty_like(pre[0])
+            most = max((end - start for start, end in rows), default=0)
+            buffers = [pre.new_empty(most, width, x.shape[0]) for width in self.sizes[1:]]
+            if self.task == "classification":
+                logp = torch.empty_like(buffers[-1])
+                # mv(log p [P, classes * data], onehot) = sum_j log p(y_j | x_j)
+                onehot = F.one_hot(y.reshape(-1), self.sizes[-1]).T.reshape(-1).to(pre.dtype)
+            for start, end in rows:
+                m = end - start
+                torch.add(pre[0], pre[1], alpha=coords[start], out=row)
+                h = torch.addcmul(row, b[start:end, None, None], pre[2], out=buffers[0][:m])
+                for l, out in zip(range(0, len(tail), 2), buffers[1:], strict=True):
+                    weight, bias = tail[l][start:end], tail[l + 1][start:end, :, None]
+                    h = torch.baddbmm(bias, weight, act(h), out=out[:m])
                 if self.task == "classification":
-                    each = F.cross_entropy(h, y.reshape(1, -1).expand(len(h), -1), reduction="none")
+                    torch.log_softmax(h, 1, out=logp[:m])
+                    total[start:end] -= torch.mv(logp[:m].view(m, -1), onehot)
                 else:
-                    each = ((h - y.T) ** 2).sum(1)
-                total[s : s + chunk] += each.sum(-1)
+                    total[start:end] += ((h - y.T) ** 2).sum((1, 2))
         return total / self.n
 
     def initial(self, generator: torch.Generator, chains: int) -> Tensor:

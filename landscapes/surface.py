@@ -38,10 +38,11 @@ EXACT_PCA_MAX = 1000  # min(points, d) up to which the PCA is a full SVD
 SPECTRUM = 100  # principal components reported at least (when the trajectory has them)
 DENSE_HESSIAN_MAX = 64  # d up to which the Hessian is formed from d HVPs and solved with eigh
 # Floats of parameters + activations per batch of grid points. On a CPU a batch that stays near
-# the cache is no slower: a 41 x 41 digits-MLP grid (MLP.plane_loss, float32, 2 cores) took
-# 30-34 ms in chunks of 16-41 points and 46 ms in chunks of 82 on a quiet host (medians of 5),
-# and 54-64 ms at every size on a busy one. A GPU wants large batches, bounded by memory
-# (~256 MB in float64).
+# the cache is no slower, and a larger one can be much slower: a 41 x 41 surface of `rrr`
+# (generic path, float32, 2 cores) took 147 ms in chunks of 29 points and 283 ms in chunks of
+# 58; the digits MLP's rows (MLP.plane_loss) took 23-25 ms as 21 + 20 points, 23-24 ms whole
+# and 25-27 ms in parts of 14 (medians of 9, alternating). A GPU wants large batches, bounded
+# by memory (~256 MB in float64).
 CHUNK_ELEMENTS = {"cpu": 2**21, "cuda": 2**25}
 
 

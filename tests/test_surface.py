@@ -68,8 +68,9 @@ def test_the_mlp_plane_path_equals_a_forward_pass_at_every_point(
     )
     g = torch.Generator().manual_seed(3)
     theta, vectors = target.initial(g, 1)[0], target.initial(g, 2)
-    a = torch.tensor([0.0, 0.7, -1.3, 2.0, -0.2])
-    b = torch.tensor([0.0, -0.4, 0.9, 1.5, 3.0])
+    # rows of equal a (split into parts by the chunk), single points, and a row's a again later
+    a = torch.tensor([0.0, 0.7, 0.7, 0.7, -1.3, -1.3, 2.0, -0.2, 0.7])
+    b = torch.tensor([0.0, -0.4, 0.9, 1.5, 3.0, -2.1, 0.3, 1.1, 0.5])
     points = theta + a[:, None].double() * vectors[0] + b[:, None].double() * vectors[1]
     expected = target.loss(points)
     got = target.plane_loss(theta, vectors, a.double(), b.double(), chunk=2)
@@ -77,6 +78,16 @@ def test_the_mlp_plane_path_equals_a_forward_pass_at_every_point(
     monkeypatch.setattr(N, "DATA_CHUNK", 97)  # several data chunks, the last one short
     got = target.plane_loss(theta, vectors, a.double(), b.double(), chunk=3)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+
+
+def test_equal_runs_cuts_rows_into_the_fewest_equal_parts():
+    from landscapes.networks import equal_runs
+
+    assert equal_runs([1.0] * 41, 33) == [(0, 20), (20, 41)]
+    assert equal_runs([1.0] * 41, 41) == [(0, 41)]
+    assert equal_runs([0.0, 0.0, 5.0, 0.0], 8) == [(0, 2), (2, 3), (3, 4)]
+    assert equal_runs([2.0] * 7, 3) == [(0, 2), (2, 4), (4, 7)]
+    assert equal_runs([], 3) == []
 
 
 def gaussian_trajectory(eigenvalues, d, chains, draws, seed):
