@@ -80,6 +80,33 @@ def test_the_mlp_plane_path_equals_a_forward_pass_at_every_point(
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("dln", {}),  # 100,000 points, output narrower than input: the chain starts at W_M
+        ("dln", {"widths": (3, 5, 9), "n": 500}),  # output wider: the chain starts at W_1
+        ("rrr", {}),
+    ],
+)
+def test_the_deep_linear_plane_path_equals_a_forward_pass_at_every_point(name, params):
+    """DeepLinear.plane_loss evaluates the loss from the data's second moments; each value
+    must equal the mean squared error of the ordinary forward pass over all n points."""
+    target = landscapes.make(name, dtype="float64", **params)
+    g = torch.Generator().manual_seed(4)
+    theta, vectors = target.initial(g, 1)[0], target.initial(g, 2)
+    a = torch.tensor([0.0, 0.7, 0.7, -1.3, 2.0], dtype=torch.float64)
+    b = torch.tensor([0.0, -0.4, 0.9, 1.5, 3.0], dtype=torch.float64)
+    points = theta + a[:, None] * vectors[0] + b[:, None] * vectors[1]
+    expected = torch.stack([full_loss(target, p[None])[0] for p in points])
+    for chunk in (1, 2, 5):
+        got = target.plane_loss(theta, vectors, a, b, chunk)
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=0)
+    single = landscapes.make(name, dtype="float32", **params)  # float32 in, float32 out
+    got = single.plane_loss(*(t.float() for t in (theta, vectors, a, b)), 2)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
+
+
 def test_equal_runs_cuts_rows_into_the_fewest_equal_parts():
     from landscapes.networks import equal_runs
 
