@@ -34,7 +34,6 @@ import landscapes
 import samplers
 from samplers import llc
 from samplers.fused import compiled_entry, worth_compiling
-from samplers.training import full_loss
 
 BENCH = Path(__file__).resolve().parent
 PEER_PYTHON = BENCH / ".devinterp-venv" / "bin" / "python"
@@ -56,7 +55,7 @@ def basin_estimate(
     if "center_loss" in info.scalars:  # minibatches: L_b(w_t) - L_b(w0) has the excess's mean
         excess, baseline = info.loss - info.scalars["center_loss"], 0.0
     else:
-        excess, baseline = info.loss, float(full_loss(target, target.w0[None])[0])
+        excess, baseline = info.loss, float(target.full_loss(target.w0[None])[0])
     est = llc.estimate(excess.numpy(), baseline, kernel.nbeta_for(target))
     return time.perf_counter() - start, {**est.as_dict(), "compiled": fused}
 

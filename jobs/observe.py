@@ -17,7 +17,7 @@ import torch
 
 from landscapes import ParamError, Target
 from samplers import Kernel, llc
-from samplers.training import full_loss, random_init, train
+from samplers.training import random_init, train
 
 from .spec import RunSpec, SpecError
 from .store import Store
@@ -71,7 +71,7 @@ class LLCObserver:
             size = min(batch_size or 500, target.n)
             self.baseline = float(target.loss(w, target.sample_batch(g, size))[0])
         else:
-            self.baseline = float(full_loss(target, w)[0])
+            self.baseline = float(target.full_loss(w)[0])
         self.noise_ratio = None
         if self.kernel.minibatch:
             self.noise_ratio = llc.gradient_noise_ratio(

@@ -283,22 +283,27 @@ class Target(ABC):
     mean: Tensor | None = None
     cov: Tensor | None = None
 
+    def full_loss(self, w: Tensor, chunk: int = DATA_CHUNK) -> Tensor:
+        """Tensor[C]: the loss on all n points (the mean per-sample loss for networks; the
+        energy for potentials, which have no data), ``chunk`` data points per forward pass so
+        memory stays bounded. Targets with an exact shortcut override this."""
+        if self.n is None or self.n <= chunk:
+            return self.loss(w)
+        total = w.new_zeros(w.shape[0])
+        for start in range(0, self.n, chunk):
+            index = torch.arange(start, min(start + chunk, self.n), device=w.device)
+            total += self.loss(w, self.batch(index)) * len(index)
+        return total / self.n
+
     def plane_loss(
         self, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor, chunk: int
     ) -> Tensor:
         """Tensor[P]: the full-data loss at theta + a_p v0 + b_p v1 (``theta`` [d], ``vectors``
         [2, d], ``a`` and ``b`` [P]; loss-landscape surfaces), ``chunk`` points per batched
         pass. Networks whose structure makes the plane cheaper override this."""
+        ab = torch.stack([a, b], 1)
         return torch.cat(
-            [
-                full_loss(
-                    self,
-                    theta
-                    + a[s : s + chunk, None] * vectors[0]
-                    + b[s : s + chunk, None] * vectors[1],
-                )
-                for s in range(0, a.shape[0], chunk)
-            ]
+            [self.full_loss(theta + ab[s : s + chunk] @ vectors) for s in range(0, len(ab), chunk)]
         )
 
     # -- helpers shared by every target ----------------------------------------------------
@@ -374,18 +379,6 @@ class Target(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} dim={self.dim} n={self.n}>"
-
-
-def full_loss(target: Target, w: Tensor, chunk: int = DATA_CHUNK) -> Tensor:
-    """[C] the loss on all n points, in chunks of points so memory stays bounded (the mean
-    per-sample loss for networks; the energy for potentials, which have no data)."""
-    if target.n is None or target.n <= chunk:
-        return target.loss(w)
-    total = w.new_zeros(w.shape[0])
-    for start in range(0, target.n, chunk):
-        index = torch.arange(start, min(start + chunk, target.n), device=w.device)
-        total += target.loss(w, target.batch(index)) * len(index)
-    return total / target.n
 
 
 def as_tuple(value: float | Sequence[float], length: int, field_name: str) -> tuple[float, ...]:

@@ -111,6 +111,8 @@ class DeepLinear(Network):
         super().__init__(name, layout, dataset)
         self.widths = tuple(widths)
         self.w0 = torch.cat([t.reshape(-1) for t in truth])
+        x, y = dataset.x.double(), dataset.y.double()  # a tuple: ``to`` leaves it in float64
+        self.moments = (x.T @ x / self.n, x.T @ y / self.n, (y * y).sum() / self.n)
         self.rank = product_rank(truth)
         self.true_llc = dln_llc(self.widths, self.rank)
 
@@ -120,33 +122,25 @@ class DeepLinear(Network):
             h = torch.matmul(h, weight.transpose(-1, -2))
         return h
 
-    def plane_loss(
-        self, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor, chunk: int
-    ) -> Tensor:
+    def full_loss(self, w: Tensor, chunk: int = DATA_CHUNK) -> Tensor:
         """The loss is quadratic in the end-to-end map P = W_M ... W_1: with the data's second
         moments, L = tr(P Sxx P^T) - 2 tr(P Sxy) + E|y|^2, so a point costs a chain of small
         matrix products instead of a pass over the n data points (the default DLN: 100,000
-        points x 158 parameters a point). The moments and the formula run in float64 whatever
-        the target's dtype: at float32 the three terms' cancellation near a minimum would
-        cost digits the forward pass keeps. The moments take one pass (not cached: a target
-        moved by ``to`` would keep stale ones)."""
-        x, y = self.x.double(), self.y.double()
-        sxx, sxy, syy = x.T @ x / self.n, x.T @ y / self.n, (y * y).sum() / self.n
-        ab = torch.stack([a, b], 1).double()
-        theta, vectors = theta.double(), vectors.double()
-        total = []
-        for s in range(0, a.shape[0], chunk):
-            layers = list(self.unflatten(theta + ab[s : s + chunk] @ vectors).values())
-            if self.widths[-1] <= self.widths[0]:  # the cheaper end to start the chain from
-                p = layers[-1]
-                for weight in reversed(layers[:-1]):
-                    p = p @ weight
-            else:
-                p = layers[0]
-                for weight in layers[1:]:
-                    p = weight @ p
-            total.append(((p @ sxx) * p).sum((1, 2)) - 2 * (p * sxy.T).sum((1, 2)) + syy)
-        return torch.cat(total).to(self.dtype) if total else a.new_zeros(0)
+        points x 158 parameters a point). The moments are taken once, from the float64 data
+        before any cast, and the formula runs in float64: at float32 the three terms'
+        cancellation near a minimum would cost digits the forward pass keeps."""
+        sxx, sxy, syy = (m.to(w.device) for m in self.moments)
+        layers = list(self.unflatten(self.check_position(w).double()).values())
+        if self.widths[-1] <= self.widths[0]:  # start the chain from its narrower end
+            p = layers[-1]
+            for weight in reversed(layers[:-1]):
+                p = p @ weight
+        else:
+            p = layers[0]
+            for weight in layers[1:]:
+                p = weight @ p
+        loss = ((p @ sxx) * p).sum((1, 2)) - 2 * (p * sxy.T).sum((1, 2)) + syy
+        return loss.to(w.dtype)
 
 
 def product_rank(layers: list[Tensor]) -> int:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .base import DATA_CHUNK, ParamError, Target, full_loss
+from .base import DATA_CHUNK, ParamError, Target
 
 DIRECTIONS = ("pca", "random", "hessian")
 REFERENCES = ("auto", "w0", "mean", "last", "best")
@@ -301,7 +301,7 @@ def losses(target: Target, points: Tensor, chunk: int | None = None) -> np.ndarr
     values come back as NaN (a grid point far out may overflow; the rest stand)."""
     chunk = chunk or points_per_chunk(target)
     with torch.no_grad():
-        parts = [full_loss(target, points[s : s + chunk]) for s in range(0, len(points), chunk)]
+        parts = [target.full_loss(points[s : s + chunk]) for s in range(0, len(points), chunk)]
     return finite(torch.cat(parts) if parts else points.new_empty(0))
 
 

@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from landscapes import ParamError, Target
-from landscapes.base import full_loss
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
@@ -79,7 +78,7 @@ def train(
 
     def check(step: int) -> float:
         with torch.no_grad():
-            value = float(full_loss(target, w.detach())[0])
+            value = float(target.full_loss(w.detach())[0])
         checks.append(step)
         losses.append(value)
         if on_check:

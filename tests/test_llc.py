@@ -11,7 +11,7 @@ import torch
 
 import landscapes
 from samplers import llc
-from samplers.training import full_loss, random_init, train
+from samplers.training import random_init, train
 
 
 def test_default_nbeta_is_n_over_log_n():
@@ -126,7 +126,7 @@ def test_training_reaches_the_least_squares_solution():
     g = torch.Generator().manual_seed(0)
     trained = train(target, random_init(target, g), lr=0.05, steps=4000, patience=300, tol=1e-9)
     assert torch.allclose(trained.w0, solution, atol=1e-3)
-    assert trained.loss == pytest.approx(float(full_loss(target, solution[None])[0]), rel=1e-6)
+    assert trained.loss == pytest.approx(float(target.full_loss(solution[None])[0]), rel=1e-6)
     assert trained.losses[0] > trained.losses[-1]
 
 
@@ -136,7 +136,7 @@ def test_training_stops_early_on_a_plateau_and_full_loss_chunks_agree():
     trained = train(target, random_init(target, g), lr=0.05, steps=20_000, patience=200)
     assert trained.stopped_early and trained.steps < 20_000
     w = torch.randn(3, target.dim, generator=g, dtype=torch.float64)
-    assert torch.allclose(full_loss(target, w, chunk=700), target.loss(w), rtol=1e-12)
+    assert torch.allclose(target.full_loss(w, chunk=700), target.loss(w), rtol=1e-12)
 
 
 def test_random_init_is_not_the_truth_and_is_seeded():
@@ -176,7 +176,7 @@ def test_a_paired_step_reports_w0s_loss_on_its_own_batch_and_the_pairs_cut_the_n
     # mean 0 and an SD known from the batch losses themselves.
     state, info = kernel.run(state, target, g, 400, fused=False)
     loss, center = info.loss, info.scalars["center_loss"]
-    baseline = float(full_loss(target, target.w0[None])[0])
+    baseline = float(target.full_loss(target.w0[None])[0])
     paired, plain = (loss - center).mean(0), loss.mean(0) - baseline
     per_batch = center[:, 0]  # one batch per step, shared by the chains
     se = float(per_batch.std() / math.sqrt(len(per_batch)))

@@ -12,7 +12,6 @@ from test_jobs import cli
 
 import landscapes
 from jobs.store import Store
-from samplers.training import full_loss
 
 
 def run_json(home, *args: str) -> dict:
@@ -57,10 +56,10 @@ def test_cli_llc_trains_w0_records_it_and_streams_live_signals(tmp_path):
     run_id = summary["run_id"]
     w0 = store.get_array(run_id, "w0")
     target = landscapes.make("rrr", n=2000, seed=2, device="cpu")
-    w0_loss = float(full_loss(target, torch.from_numpy(np.array(w0))[None])[0])
+    w0_loss = float(target.full_loss(torch.from_numpy(np.array(w0))[None])[0])
     assert est["baseline_loss"] == pytest.approx(w0_loss, rel=1e-5)
     # Training lowered the loss below the generating point's (the empirical minimum).
-    truth_loss = float(full_loss(target, target.w0[None])[0])
+    truth_loss = float(target.full_loss(target.w0[None])[0])
     assert w0_loss <= truth_loss + 1e-6
     curve = store.get_array(run_id, "train_loss")
     assert curve[0, 0] == 0 and curve[-1, 1] == pytest.approx(est["training"]["loss"])

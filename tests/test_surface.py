@@ -18,7 +18,6 @@ from jobs.spec import parse_spec
 from jobs.store import Store
 from landscapes import ParamError, Target
 from landscapes import surface as S
-from landscapes.base import full_loss
 
 
 def mlp():
@@ -37,7 +36,7 @@ def test_grid_centre_is_the_reference_loss_and_chunks_do_not_change_the_grid():
     assert one.shape == (9, 9)
     np.testing.assert_allclose(some, one, rtol=1e-13)
     np.testing.assert_allclose(all_at_once, one, rtol=1e-13)
-    reference = float(full_loss(target, torch.from_numpy(theta)[None])[0])
+    reference = float(target.full_loss(torch.from_numpy(theta)[None])[0])
     assert one[4, 4] == pytest.approx(reference, rel=1e-13)
     # loss[i, j] is at (c0[i], c1[j]): an asymmetric point, evaluated on its own
     point = torch.from_numpy(theta + c[1] * vectors[0] + c[6] * vectors[1])[None]
@@ -88,21 +87,23 @@ def test_the_mlp_plane_path_equals_a_forward_pass_at_every_point(
         ("rrr", {}),
     ],
 )
-def test_the_deep_linear_plane_path_equals_a_forward_pass_at_every_point(name, params):
-    """DeepLinear.plane_loss evaluates the loss from the data's second moments; each value
-    must equal the mean squared error of the ordinary forward pass over all n points."""
+def test_the_deep_linear_full_loss_equals_a_forward_pass_at_every_point(name, params):
+    """DeepLinear.full_loss evaluates the loss from the data's second moments; each value must
+    equal the mean over all n points of the ordinary forward pass's squared error, on the
+    plane too (surfaces) and for float32 targets (whose result stays float32)."""
     target = landscapes.make(name, dtype="float64", **params)
     g = torch.Generator().manual_seed(4)
     theta, vectors = target.initial(g, 1)[0], target.initial(g, 2)
     a = torch.tensor([0.0, 0.7, 0.7, -1.3, 2.0], dtype=torch.float64)
     b = torch.tensor([0.0, -0.4, 0.9, 1.5, 3.0], dtype=torch.float64)
     points = theta + a[:, None] * vectors[0] + b[:, None] * vectors[1]
-    expected = torch.stack([full_loss(target, p[None])[0] for p in points])
+    expected = target.sample_losses(points).mean(-1)  # forward passes, not the moments
+    torch.testing.assert_close(target.full_loss(points), expected, rtol=1e-10, atol=0)
     for chunk in (1, 2, 5):
         got = target.plane_loss(theta, vectors, a, b, chunk)
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=0)
-    single = landscapes.make(name, dtype="float32", **params)  # float32 in, float32 out
-    got = single.plane_loss(*(t.float() for t in (theta, vectors, a, b)), 2)
+    single = landscapes.make(name, dtype="float32", **params)
+    got = single.full_loss(points.float())
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
 
@@ -342,7 +343,7 @@ def test_cli_surface_of_an_llc_network_run_uses_its_snapshots_and_w0(tmp_path):
     assert facts["source"] == "snapshots" and facts["reference"] == "w0"
     w0 = Store(tmp_path).get_array(run_id, "w0")
     target = landscapes.make("mlp", hidden_sizes=(8,), device="cpu", dtype="float64")
-    w0_loss = float(full_loss(target, torch.from_numpy(w0.astype(np.float64))[None])[0])
+    w0_loss = float(target.full_loss(torch.from_numpy(w0.astype(np.float64))[None])[0])
     assert facts["reference_loss"] == pytest.approx(w0_loss, rel=1e-12)
     assert facts["centre_loss"] == pytest.approx(w0_loss, rel=1e-12)
     assert facts["components"] == [1, 5] and facts["label1"].startswith("PC5")
@@ -401,4 +402,4 @@ def test_every_target_gets_a_surface_centred_on_its_reference(name):
         assert out["centre_loss"] == pytest.approx(out["reference_loss"], rel=1e-12)
         assert np.isfinite(out["reference_loss"]) and out["loss"].shape == (3, 3)
         theta = torch.from_numpy(traj[0, -1])[None]
-        assert out["reference_loss"] == pytest.approx(float(full_loss(target, theta)[0]), rel=1e-12)
+        assert out["reference_loss"] == pytest.approx(float(target.full_loss(theta)[0]), rel=1e-12)
