@@ -284,7 +284,7 @@ def surface_bench(args: argparse.Namespace) -> None:
 
     r = bench_surface.run(args.repeats, args.quick)
     s = r["surface"]
-    sec, pot = s["seconds"], r["potential"]["seconds"]
+    sec = s["seconds"]
     print(json.dumps({k: v for k, v in r.items() if k != "pca"} | {"pca": r["pca"]}, indent=1))
     if args.no_record or args.quick:
         return
@@ -321,10 +321,19 @@ def surface_bench(args: argparse.Namespace) -> None:
         f"{sec['loop_target'] / sec['batched']:.1f} | {s['max_rel_diff']['loop_target']:.1e} |",
         f"| loop, nn.Sequential + vector_to_parameters (Li et al.) | {sec['loop_module']:.3f} | "
         f"{sec['loop_module'] / sec['batched']:.1f} | {s['max_rel_diff']['loop_module']:.1e} |",
-        f"| banana (d = 2): Basin batched | {pot['batched']:.4f} | 1 | 0 |",
-        f"| banana (d = 2): loop, one point at a time | {pot['loop_target']:.4f} | "
-        f"{pot['loop_target'] / pot['batched']:.0f} | "
-        f"{r['potential']['max_rel_diff']['loop_target']:.1e} |",
+        *(
+            row
+            for label, case in (
+                ("banana (d = 2)", r["potential"]),
+                (f"DLN (d = {r['linear']['dim']}, n = {r['linear']['n']})", r["linear"]),
+            )
+            for row in (
+                f"| {label}: Basin batched | {case['seconds']['batched']:.4f} | 1 | 0 |",
+                f"| {label}: loop, one point at a time | {case['seconds']['loop_target']:.4f} | "
+                f"{case['seconds']['loop_target'] / case['seconds']['batched']:.0f} | "
+                f"{case['max_rel_diff']['loop_target']:.1e} |",
+            )
+        ),
         "",
         "(b) PCA of a Gaussian random walk, 2000 snapshots x d = 10^5 (float32, 0.75 GiB), "
         "100 components; each run in a fresh process. Peak RSS is the process's whole peak "

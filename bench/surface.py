@@ -7,6 +7,8 @@ the PCA of a large trajectory.
     one point at a time, and what the loss-landscape code of Li et al. (2018) does, an
     ``nn.Sequential`` whose weights are overwritten for every point
     (``vector_to_parameters``) before a full-data forward pass. All three give the same grid.
+    The same grid on the banana (d = 2) and on the default deep linear network (d = 158,
+    n = 100,000, around its truth w0), where each loop step is a forward pass over the data.
 (b) The PCA of a trajectory of 2000 snapshots in d = 10^5 (float32, 800 MB): a Gaussian random
     walk, whose principal components are known (Antognini & Sohl-Dickstein 2018: the centred
     walk's PC k explains a share proportional to 1 / k^2, so PC1 holds 6 / pi^2 ~ 0.61 of the
@@ -75,9 +77,9 @@ def surface_case(repeats: int, name: str = "mlp") -> dict:
     if name == "mlp":
         target = mlp_target()
         theta = target.initial(torch.Generator().manual_seed(0), 1)[0].double().numpy()
-    else:  # a potential: each point is a few flops, so a loop is all call overhead
+    else:  # a potential (each point is a few flops, so a loop is all call overhead) or a DLN
         target = landscapes.make(name, device="cpu", dtype="float32")
-        theta = np.zeros(target.dim)
+        theta = np.zeros(target.dim) if target.w0 is None else target.w0.double().numpy()
     vectors = S.random_directions(target, theta, seed=0).vectors
     c = S.coordinates(GRID, HALF_WIDTH)
     sides = {
@@ -174,11 +176,19 @@ def walk_ratio(k: int, steps: int = SNAPSHOTS) -> float:
 def run(repeats: int, quick: bool) -> dict:
     surface = surface_case(1 if quick else repeats)
     potential = surface_case(1 if quick else repeats, "banana")
+    # The default DLN (n = 100,000): its loss comes from the data's second moments
+    linear = surface_case(1 if quick else repeats, "dln")
     pca = pca_case(
         ["randomized"] if quick else ["randomized", "exact"], 1 if quick else max(1, repeats // 2)
     )
     limit = [walk_ratio(k) for k in range(1, 6)]
-    return {"surface": surface, "potential": potential, "pca": pca, "walk_ratio": limit}
+    return {
+        "surface": surface,
+        "potential": potential,
+        "linear": linear,
+        "pca": pca,
+        "walk_ratio": limit,
+    }
 
 
 if __name__ == "__main__":
