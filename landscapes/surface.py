@@ -38,11 +38,11 @@ EXACT_PCA_MAX = 1000  # min(points, d) up to which the PCA is a full SVD
 SPECTRUM = 100  # principal components reported at least (when the trajectory has them)
 DENSE_HESSIAN_MAX = 64  # d up to which the Hessian is formed from d HVPs and solved with eigh
 # Floats of parameters + activations per batch of grid points. On a CPU a batch that stays near
-# the cache is no slower, and a larger one can be much slower: a 41 x 41 surface of `rrr`
-# (generic path, float32, 2 cores) took 147 ms in chunks of 29 points and 283 ms in chunks of
-# 58; the digits MLP's rows (MLP.plane_loss) took 23-25 ms as 21 + 20 points, 23-24 ms whole
-# and 25-27 ms in parts of 14 (medians of 9, alternating). A GPU wants large batches, bounded
-# by memory (~256 MB in float64).
+# the cache is no slower, and a larger one can be slower: a 41 x 41 surface of `tanh` (generic
+# path, float32, 2 cores) took 131-148 ms in chunks of 418 points and 164-172 ms in chunks of
+# 836 (three processes, medians of 7, alternating); the digits MLP's rows (MLP.plane_loss) took
+# 23-25 ms as 21 + 20 points, 22-24 ms whole and 25-27 ms in parts of 14. A GPU wants large
+# batches, bounded by memory (~256 MB in float64).
 CHUNK_ELEMENTS = {"cpu": 2**21, "cuda": 2**25}
 
 
