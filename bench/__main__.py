@@ -312,7 +312,8 @@ def surface_bench(args: argparse.Namespace) -> None:
         "",
         f"(a) Digits MLP 64-32-10 (d = {s['dim']}, full training split n = {s['n']}), 41 x 41 "
         f"grid on filter-normalised random directions, median of {len(s['all_seconds']['batched'])}"
-        f" alternating repeats; Basin evaluates {s['chunk']} grid points per batched pass.",
+        f" alternating repeats; Basin evaluates at most {s['chunk']} grid points per batched pass"
+        " (`MLP.plane_loss` cuts each 41-point row into equal parts within that).",
         "",
         "| side | seconds | loop / batched | max rel. diff. from batched |",
         "|---|---:|---:|---:|",
