@@ -2,6 +2,7 @@
 
 import multiprocessing as mp
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -198,6 +199,34 @@ def test_a_chunk_given_in_parts_reads_back_as_their_concatenation(tmp_path):
         parts = [np.zeros((1, CHAINS), np.float32), np.zeros((1, CHAINS))]
         store.append(run_id, 11, {**_chunk(rng, 11, 2), "loss": parts})
     assert store.records(run_id) == 11
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_chunks_past_the_staging_buffer_read_back_at_aligned_offsets(tmp_path, monkeypatch, direct):
+    """Odd sizes, parts and a chunk over two staging buffers, through O_DIRECT (where the file
+    system takes it) and through the page cache (no O_DIRECT, as on macOS): every name's bytes
+    start at a multiple of BLOCK and read back as written."""
+    import jobs.store as S
+
+    monkeypatch.setattr(S, "STAGE_BYTES", 3 * S.BLOCK)  # 12 KiB: chunks below cross it
+    if not direct:
+        monkeypatch.delattr(os, "O_DIRECT")
+    store = Store(tmp_path)
+    run_id = store.create({})
+    rng = np.random.default_rng(3)
+    sizes = [1, 7, 150, 2]  # 150 records of [3, 4] float32 positions: 7,200 B; losses 1,800 B
+    full = _fill(store, run_id, sizes)
+    big = _chunk(rng, 160, 1000)  # 48,000 B of positions: 3.9 staging buffers
+    store.append(run_id, 160, {**big, "position": [big["position"][:1], big["position"][1:]]})
+    got = store.read(run_id)
+    for name in full:
+        np.testing.assert_array_equal(got[name][:160], full[name])
+    got = store.read(run_id, since=160)
+    for name in big:
+        np.testing.assert_array_equal(got[name], big[name])
+    index = sqlite3.connect(tmp_path / "runs" / f"{run_id}.sqlite")
+    offsets = [row[0] for row in index.execute("SELECT offset FROM chunks")]
+    assert len(offsets) == 5 * len(sizes) + 5 and all(o % S.BLOCK == 0 for o in offsets)
 
 
 def test_append_refuses_bad_chunks(tmp_path):
