@@ -1,9 +1,10 @@
 """The run loop: one RunSpec, stepped on its device, recorded into the Store as it goes.
 
 Steps run in blocks of a fixed length (``kernel.run``, compiled when the kernel fuses); the records
-of a block stay on the device until a flush, which happens every ``flush_every`` steps or every
-~0.5 s, whichever the spec asks for, so the loop never waits on the host between flushes. Block
-lengths depend on the spec alone, never on timing: a seed and a device give the same run.
+of a block stay on the device until a flush, which happens every ``flush_every`` steps when the
+spec sets it, else every ~0.5 s or FLUSH_BYTES of records, so the loop never waits on the host
+between flushes. A flush's records are written behind the loop, on a thread, while the next blocks
+run. Block lengths depend on the spec alone, never on timing: a seed and a device give the same run.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +25,9 @@ from .spec import Estimate, RunSpec, build, estimate
 from .store import Store
 
 FLUSH_SECONDS = 0.5
+# Records kept before a flush, at most: 4096 chains of a 2-D potential recording every step make
+# ~1 GB/s, so half a second's worth would hold ~0.5 GB, and as much again while it is written.
+FLUSH_BYTES = 32 << 20
 # ESS and R-hat use at most this many chains: ArviZ takes ~20 s on 4096 chains x 2000 draws and
 # 0.2 s on 256; chains start i.i.d., so the first 256 estimate the mixing as well.
 DIAGNOSTIC_CHAINS = 256
@@ -118,37 +123,39 @@ def execute(
         block = chunk = math.ceil(records.snapshot_stride / pieces)
     fused = compiled(spec, kernel, state, target)
     last_flush = sampling = time.perf_counter()
-    while done < spec.steps:
-        if should_stop():
-            stopped = True
-            break
-        first = done == 0 and not spec.flush_every
-        n = min(FIRST_BLOCK if first else block, spec.steps - done)
-        if spec.flush_every:  # blocks cut below still flush at multiples of flush_every
-            n = min(n, spec.flush_every - done % spec.flush_every)
-        snapshot = records.next_snapshot(done)
-        if snapshot is not None:  # the block ends at the snapshot: it is the block's final state
-            n = min(n, snapshot + 1 - done)
-        state, info = kernel.run(
-            state, target, generator, n, fused=fused, chunk=chunk, positions=record
-        )
-        records.keep(done, info)
-        if snapshot == done + n - 1:
-            records.snapshot(snapshot, state.position)
-        for observer in observers.values():
-            observer.block(done, info)
-        done += n
-        due = done % spec.flush_every == 0 if spec.flush_every else first
-        if due or time.perf_counter() - last_flush >= FLUSH_SECONDS:
-            records.flush()
+    with records:  # its writes have landed past this block, or their error is raised
+        while done < spec.steps:
+            if should_stop():
+                stopped = True
+                break
+            first = done == 0 and not spec.flush_every
+            n = min(FIRST_BLOCK if first else block, spec.steps - done)
+            if spec.flush_every:  # blocks cut below still flush at multiples of flush_every
+                n = min(n, spec.flush_every - done % spec.flush_every)
+            snapshot = records.next_snapshot(done)
+            if snapshot is not None:  # the block ends there: the snapshot is its final state
+                n = min(n, snapshot + 1 - done)
+            state, info = kernel.run(
+                state, target, generator, n, fused=fused, chunk=chunk, positions=record
+            )
+            records.keep(done, info)
+            if snapshot == done + n - 1:
+                records.snapshot(snapshot, state.position)
             for observer in observers.values():
-                observer.flush(done, state)
-            last_flush = time.perf_counter()
-            progress = _progress(done, spec.steps, time.perf_counter() - started)
-            store.set_progress(run_id, progress.as_dict())
-            if on_progress:
-                on_progress(progress)
-    records.flush()
+                observer.block(done, info)
+            done += n
+            due = done % spec.flush_every == 0 if spec.flush_every else first
+            late = time.perf_counter() - last_flush >= FLUSH_SECONDS
+            if due or late or records.kept_bytes >= FLUSH_BYTES:
+                records.flush()
+                for observer in observers.values():
+                    observer.flush(done, state)
+                last_flush = time.perf_counter()
+                progress = _progress(done, spec.steps, time.perf_counter() - started)
+                store.set_progress(run_id, progress.as_dict())
+                if on_progress:
+                    on_progress(progress)
+        records.flush()
     for observer in observers.values():
         observer.flush(done, state)
     sampling = time.perf_counter() - sampling  # the steps, their records and flushes
@@ -177,6 +184,10 @@ def _progress(done: int, total: int, seconds: float, phase: str = "sample") -> P
 class Records:
     """Keeps every ``thin``-th step's records on the device and appends them to the Store.
 
+    Appends run on one writer thread, in order, one at a time: a flush waits for the one before
+    it, so at most two flushes' records are held. Used as a context manager, whose exit waits
+    for the last append and raises its error, if any.
+
     ``accepted`` is kept for Metropolis kernels only: elsewhere it is 1 - diverged, and leaving
     it out saves a third of what a 2-D run writes."""
 
@@ -184,6 +195,9 @@ class Records:
         self.spec, self.est, self.store, self.run_id = spec, est, store, run_id
         self.mh = mh
         self.pending: list[dict[str, torch.Tensor]] = []
+        self.kept_bytes = 0  # of the pending records
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix=f"records-{run_id}")
+        self.writing: Future | None = None
         self.records = 0  # records appended so far
         self.snapshots: list[torch.Tensor] = []  # on the device until a flush
         self.snapshot_steps: list[int] = []
@@ -211,6 +225,7 @@ class Records:
         for name, value in info.scalars.items():  # kinetic energy, thermostat, ...
             kept[name] = value[rows]
         self.pending.append(kept)
+        self.kept_bytes += sum(v.numel() * v.element_size() for v in kept.values())
 
     def next_snapshot(self, step: int) -> int | None:
         """The first snapshot step at or after ``step`` (every ``snapshot_stride``-th step from
@@ -229,16 +244,40 @@ class Records:
             return
         # Each block's records go to the Store as parts of one chunk: no concatenation.
         parts = {name: [p[name].cpu().numpy() for p in self.pending] for name in self.pending[0]}
-        self.pending = []
-        self.store.append(self.run_id, self.records, parts)
+        appends = [(self.records, parts, "records")]
+        self.pending, self.kept_bytes = [], 0
         self.records += sum(len(step) for step in parts["step"])
         if self.snapshots:  # appended: only the new ones travel
             position = torch.stack(self.snapshots).cpu().numpy()
             step = np.asarray(self.snapshot_steps)
-            series = "snapshots"
-            self.store.append(self.run_id, self.saved, {"step": step, "position": position}, series)
+            appends.append((self.saved, {"step": step, "position": position}, "snapshots"))
             self.saved += len(step)
             self.snapshots, self.snapshot_steps = [], []
+        self.wait()
+        self.writing = self.writer.submit(self._append, appends)
+
+    def _append(self, appends: list[tuple[int, dict, str]]) -> None:
+        for start, arrays, series in appends:
+            self.store.append(self.run_id, start, arrays, series)
+
+    def wait(self) -> None:
+        """The append in flight has landed (or its error is raised here)."""
+        writing, self.writing = self.writing, None
+        if writing is not None:
+            writing.result()
+
+    def __enter__(self) -> Records:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        try:
+            self.wait()
+        except Exception:
+            if kind is None:  # else the loop's own error is the one to report
+                raise
+        finally:
+            self.writer.submit(self.store.close)  # the writer thread's own files
+            self.writer.shutdown()
 
 
 def summarise(

@@ -253,6 +253,36 @@ def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path, flush_every, c
     assert not np.array_equal(other["position"], runs[0]["position"])
 
 
+def test_records_written_behind_the_loop_land_whole_and_in_order(tmp_path, monkeypatch):
+    """Flushes cut at every block (FLUSH_BYTES of 1) and written on the writer thread give the
+    records of a run flushed once every 0.5 s; a failed append fails the run with its error."""
+    import sqlite3
+
+    from jobs import run
+
+    spec = {"chains": 16, "steps": 300, "thin": 1, "compile": "never"}
+    _, once = in_process(tmp_path / "a", "mala", {"step_size": 0.1}, **spec)
+    monkeypatch.setattr(run, "FLUSH_BYTES", 1)
+    monkeypatch.setattr(run, "BLOCK_ELEMENTS", 16 * 2 * 8)  # blocks of 8 steps
+    _, often = in_process(tmp_path / "b", "mala", {"step_size": 0.1}, **spec)
+    (index,) = (tmp_path / "b" / "runs").glob("*.sqlite")
+    chunks = sqlite3.connect(index).execute("SELECT COUNT(DISTINCT start) FROM chunks")
+    assert chunks.fetchone()[0] == 1 + 299 // 8 + 1  # the first step, full blocks, the rest
+    assert once.keys() == often.keys() and len(once["step"]) == 300
+    for name in once:
+        np.testing.assert_array_equal(once[name], often[name])
+
+    def full_disk(self, run_id, step, arrays, series="records"):
+        if step > 0:
+            raise OSError(28, "No space left on device")
+        return append(self, run_id, step, arrays, series)
+
+    append = Store.append
+    monkeypatch.setattr(Store, "append", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        in_process(tmp_path / "c", "mala", {"step_size": 0.1}, **spec)
+
+
 def test_a_run_compiles_only_when_the_compile_pays_within_it(tmp_path, monkeypatch):
     from jobs.run import execute
     from jobs.spec import _built, build, parse_spec
