@@ -197,9 +197,10 @@ def jobs(args: argparse.Namespace) -> None:
     block = [
         f"## {stamp}: jobs overhead",
         "",
-        f"`python -m bench {shlex.join(sys.argv[1:])}`: bare `kernel.run` in the loop's blocks "
-        f"(each block's Info dropped) vs the sampling loop of `jobs.run.execute` into a fresh "
-        f"Store (blocks, records, flushes, progress); the last column is the whole run (target "
+        f"`python -m bench {shlex.join(sys.argv[1:])}`: bare `kernel.run` in the loop's blocks, "
+        f"tracing the positions the spec records (each block's Info dropped) vs the sampling "
+        f"loop of `jobs.run.execute` into a fresh Store (blocks, records, flushes written "
+        f"behind the loop, progress); the last column is the whole run (target "
         f"build, summary with ESS and R-hat). Median of {args.repeats}, alternating. Goal "
         f"(issue 4): overhead <= 10%.",
         "",

@@ -1,9 +1,10 @@
 """``python -m bench jobs``: what running through jobs costs over the bare sampler loop.
 
 Both sides run the same spec on the same device after a warm-up (compiled chunks cached): the bare
-side is ``kernel.run`` in the loop's blocks with nothing kept; the jobs side is the sampling loop
-of ``jobs.run.execute`` into a fresh Store (blocks, records kept on the device, flushes to SQLite,
-progress), and, in the last column, the whole run (building the target, the summary).
+side is ``kernel.run`` in the loop's blocks, tracing what the spec records, with nothing kept;
+the jobs side is the sampling loop of ``jobs.run.execute`` into a fresh Store (blocks, records
+kept on the device, flushes written behind the loop, progress), and, in the last column, the
+whole run (building the target, the summary).
 Alternating, median of the repeats. The specs ask for compiled chunks (``compile: always``), the
 path with the shortest steps and so the one where the loop's own cost weighs most; ``auto`` would
 run the 5,000-step MLP eagerly, where steps take ~4x longer.
@@ -17,8 +18,8 @@ import time
 
 import torch
 
-from jobs.run import block_steps, execute
-from jobs.spec import build, parse_spec
+from jobs.run import block_steps, execute, projection
+from jobs.spec import build, estimate, parse_spec
 from jobs.store import Store
 
 CASES = {
@@ -40,17 +41,22 @@ CASES = {
 
 
 def bare(spec) -> float:
-    """The sampler alone: ``kernel.run`` in the jobs loop's blocks, each block's Info dropped
-    (one call of all steps would also stack every step's Info, ~0.7 GB for the banana)."""
+    """The sampler alone: ``kernel.run`` in the jobs loop's blocks, tracing the positions the
+    spec records (all of them, or their projection), each block's Info dropped (one call of all
+    steps would also stack every step's Info, ~0.7 GB for the banana). What jobs adds is then
+    what issue 4 counts: keeping, flushing and storing the records."""
     target, kernel, device = build(spec)
     g = torch.Generator(device=device).manual_seed(spec.seed)
     state = kernel.init(target.initial(g, spec.chains), target, g)
+    est = estimate(spec)
+    record = est.positions == "all"
+    if est.positions == "projection":
+        record = projection(spec, est.dim, device, state.position.dtype)
     block = block_steps(spec, target.dim)
     start = time.perf_counter()
     for done in range(0, spec.steps, block):
-        state, info = kernel.run(
-            state, target, g, min(block, spec.steps - done), fused=kernel.fusable
-        )
+        n = min(block, spec.steps - done)
+        state, info = kernel.run(state, target, g, n, fused=kernel.fusable, positions=record)
     info.loss.sum().item()  # the device's work is done
     return time.perf_counter() - start
 
