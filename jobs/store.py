@@ -9,12 +9,13 @@ a consistent prefix of a run, never a torn chunk. Layout under the home director
     runs/<run_id>.sqlite  that run's index of recorded chunks, and its named side arrays
     runs/<run_id>.bin     the recorded chunks' bytes, appended
 
-A chunk's bytes go past the end of the .bin file (each name's at a 4 KiB-aligned offset) before
-the transaction that indexes them commits, so a reader that sees the index row finds the bytes
-in place; bytes a dying writer left without an index row are never read. Kept out of SQLite,
-records are written once, bypassing the page cache where the file system allows (``_Appender``),
-instead of twice (WAL, then checkpoint) through 4 KiB overflow pages: 4096 chains recording every
-step write up to ~1 GB/s, which SQLite blobs capped far below the sampler's own pace.
+A chunk's bytes go past the end of the .bin file (a large name's at a 4 KiB-aligned offset)
+before the transaction that indexes them commits, so a reader that sees the index row finds the
+bytes in place; bytes a dying writer left without an index row are never read. Kept out of
+SQLite, records are written once, large ones bypassing the page cache where the file system
+allows (``_Appender``), instead of twice (WAL, then checkpoint) through 4 KiB overflow pages:
+4096 chains recording every step write up to ~1 GB/s, which SQLite blobs capped far below the
+sampler's own pace.
 
 A file per run means writers of different runs never contend and deleting a run frees its space.
 """
@@ -43,7 +44,8 @@ STATUSES = ("queued", "running", "completed", "cancelled", "failed", "interrupte
 FINAL = ("completed", "cancelled", "failed", "interrupted")
 BUSY_TIMEOUT_S = 10.0
 OPEN_RUN_FILES = 16  # per thread; a sweep's many runs must not exhaust file descriptors
-BLOCK = 4096  # chunks start at multiples of this in a .bin file, as O_DIRECT writes must
+BLOCK = 4096  # O_DIRECT writes start at multiples of this in a .bin file
+DIRECT_BYTES = 1 << 20  # a name's bytes in a chunk from which they bypass the page cache
 STAGE_BYTES = 8 << 20  # an appender's staging buffer for O_DIRECT writes
 
 _META_SCHEMA = """
@@ -152,41 +154,41 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 
 
 class _Appender:
-    """A run's .bin file, written at BLOCK-aligned offsets past its end.
+    """A run's .bin file, appended to by one thread.
 
-    Writes bypass the page cache (O_DIRECT) where the file system allows it, through a
-    page-aligned staging buffer. Measured on the 2-core VM (bench/RESULTS.md, 2026-11-24): a
-    run loop writing 1 GB of records behind the sampler, on a thread, cost +24% through
-    O_DIRECT and +42% writing in line through the page cache, while page-cache writes from a
-    thread tripled the run (the kernel's writeback competed with the sampler's threads for
-    both cores). Where O_DIRECT is refused (tmpfs, some network file systems) the bytes go
-    through the page cache; the layout is the same either way."""
+    A chunk's name of DIRECT_BYTES or more bypasses the page cache (O_DIRECT) where the file
+    system allows it: it starts at the next BLOCK-aligned offset and goes through a page-aligned
+    staging buffer, its last block padded with zeros (under 0.4% at 1 MB). Smaller ones, such as
+    a slow run's flushes, go through the page cache at the file's end, unpadded. Measured on the
+    2-core VM (bench/RESULTS.md, 2026-11-24): a run loop writing 1 GB of records behind the
+    sampler, on a thread, cost +24% through O_DIRECT and +42% writing in line through the page
+    cache, while page-cache writes from a thread made the run ~4x longer (the kernel's writeback
+    competed with the sampler's threads for both cores)."""
 
     def __init__(self, path: Path):
-        flags, self.path, self.stage = os.O_WRONLY | os.O_CREAT, path, None
-        try:  # a FileIO closes its descriptor when dropped with its thread's Store state
-            self.file = io.FileIO(os.open(path, flags | os.O_DIRECT, 0o644), "w")
+        # FileIO objects close their descriptors when dropped with their thread's Store state
+        self.file = io.FileIO(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644), "w")
+        try:
+            self.direct = io.FileIO(os.open(path, os.O_WRONLY | os.O_DIRECT), "w")
             self.stage = mmap.mmap(-1, STAGE_BYTES)  # page-aligned, as O_DIRECT needs
         except (AttributeError, OSError):  # no O_DIRECT here (macOS) or not on this file system
-            self.file = io.FileIO(os.open(path, flags, 0o644), "w")
+            self.direct = self.stage = None
 
     def close(self) -> None:
-        self.file.close()
-        if self.stage is not None:
-            self.stage.close()
+        for handle in (self.file, self.direct, self.stage):
+            if handle is not None:
+                handle.close()
 
-    def end(self) -> int:
-        """Where the next chunk goes: the file's end, rounded up to BLOCK."""
-        return -(-os.fstat(self.file.fileno()).st_size // BLOCK) * BLOCK
-
-    def write(self, offset: int, parts: list[memoryview]) -> int:
-        """``parts`` one after another from ``offset``; returns the next BLOCK-aligned offset
-        (the direct path pads the last block with zeros)."""
-        if self.stage is None:
+    def append(self, parts: list[memoryview]) -> int:
+        """``parts`` one after another past the file's end; returns the offset of the first."""
+        start = os.fstat(self.file.fileno()).st_size
+        if self.direct is None or sum(len(data) for data in parts) < DIRECT_BYTES:
+            offset = start
             for data in parts:
                 _pwrite_all(self.file.fileno(), data, offset)
                 offset += len(data)
-            return -(-offset // BLOCK) * BLOCK
+            return start
+        start = offset = -(-start // BLOCK) * BLOCK
         stage, fill = np.frombuffer(self.stage, np.uint8), 0
         for data in parts:
             data = np.frombuffer(data, np.uint8)
@@ -199,18 +201,19 @@ class _Appender:
         if fill:
             size = -(-fill // BLOCK) * BLOCK
             stage[fill:size] = 0
-            offset = self._direct(offset, size)
-        return offset
+            self._direct(offset, size)
+        return start
 
     def _direct(self, offset: int, size: int) -> int:
+        view = memoryview(self.stage)[:size]
         try:
-            _pwrite_all(self.file.fileno(), memoryview(self.stage)[:size], offset)
+            _pwrite_all((self.direct or self.file).fileno(), view, offset)
         except OSError as exc:  # a file system that takes the flag but not the write
-            if exc.errno != errno.EINVAL:
+            if exc.errno != errno.EINVAL or self.direct is None:
                 raise
-            self.file.close()  # the page cache from here on
-            self.file = io.FileIO(os.open(self.path, os.O_WRONLY), "w")
-            _pwrite_all(self.file.fileno(), memoryview(self.stage)[:size], offset)
+            self.direct.close()
+            self.direct = None  # the page cache from here on
+            _pwrite_all(self.file.fileno(), view, offset)
         return offset + size
 
 
@@ -315,7 +318,7 @@ class Store:
             if create:
                 cache[run_id].executescript(_RUN_SCHEMA)
             while len(cache) > OPEN_RUN_FILES:
-                cache.popitem(last=False)[1].close()
+                self._forget(next(iter(cache)))  # its connection and its .bin file
         cache.move_to_end(run_id)
         return cache[run_id]
 
@@ -555,13 +558,11 @@ class Store:
                 if name in first and first[name] != (a.dtype.str, [*a.shape[1:]]):
                     raise ValueError(f"{name}: {a.dtype} {a.shape[1:]} differs from chunk 0")
             if n:
-                out = self._appender(run_id)
-                offset, index = out.end(), []
+                out, index = self._appender(run_id), []
                 for name, views in blobs.items():
-                    nbytes = sum(len(data) for data in views)
+                    offset, nbytes = out.append(views), sum(len(data) for data in views)
                     shape = json.dumps([n, *heads[name].shape[1:]])
                     index.append((step, name, n, heads[name].dtype.str, shape, offset, nbytes))
-                    offset = out.write(offset, views)
                 conn.executemany(
                     f"INSERT INTO {table} (start, name, n, dtype, shape, offset, nbytes) "
                     "VALUES (?,?,?,?,?,?,?)",

@@ -202,21 +202,26 @@ def test_a_chunk_given_in_parts_reads_back_as_their_concatenation(tmp_path):
 
 
 @pytest.mark.parametrize("direct", [True, False])
-def test_chunks_past_the_staging_buffer_read_back_at_aligned_offsets(tmp_path, monkeypatch, direct):
-    """Odd sizes, parts and a chunk over two staging buffers, through O_DIRECT (where the file
-    system takes it) and through the page cache (no O_DIRECT, as on macOS): every name's bytes
-    start at a multiple of BLOCK and read back as written."""
+def test_large_and_small_chunks_read_back_and_only_large_ones_are_padded(
+    tmp_path, monkeypatch, direct
+):
+    """Odd sizes, parts and a chunk over several staging buffers, through O_DIRECT (where the
+    file system takes it) and through the page cache (no O_DIRECT, as on macOS), read back as
+    written. A name of DIRECT_BYTES or more starts at a multiple of BLOCK when it goes direct;
+    smaller ones follow the file's end unpadded, so the file holds the data plus less than a
+    block per large name."""
     import jobs.store as S
 
-    monkeypatch.setattr(S, "STAGE_BYTES", 3 * S.BLOCK)  # 12 KiB: chunks below cross it
+    monkeypatch.setattr(S, "STAGE_BYTES", 3 * S.BLOCK)  # 12 KiB: the large chunk crosses it
+    monkeypatch.setattr(S, "DIRECT_BYTES", 2000)
     if not direct:
         monkeypatch.delattr(os, "O_DIRECT")
     store = Store(tmp_path)
     run_id = store.create({})
     rng = np.random.default_rng(3)
-    sizes = [1, 7, 150, 2]  # 150 records of [3, 4] float32 positions: 7,200 B; losses 1,800 B
+    sizes = [1, 7, 150, 2]  # 150 records: positions 7,200 B, the other names 450-1,800 B
     full = _fill(store, run_id, sizes)
-    big = _chunk(rng, 160, 1000)  # 48,000 B of positions: 3.9 staging buffers
+    big = _chunk(rng, 160, 1000)  # 3,000-48,000 B a name; positions: 3.9 staging buffers
     store.append(run_id, 160, {**big, "position": [big["position"][:1], big["position"][1:]]})
     got = store.read(run_id)
     for name in full:
@@ -225,8 +230,34 @@ def test_chunks_past_the_staging_buffer_read_back_at_aligned_offsets(tmp_path, m
     for name in big:
         np.testing.assert_array_equal(got[name], big[name])
     index = sqlite3.connect(tmp_path / "runs" / f"{run_id}.sqlite")
-    offsets = [row[0] for row in index.execute("SELECT offset FROM chunks")]
-    assert len(offsets) == 5 * len(sizes) + 5 and all(o % S.BLOCK == 0 for o in offsets)
+    rows = index.execute("SELECT offset, nbytes FROM chunks ORDER BY offset").fetchall()
+    large = [(o, n) for o, n in rows if n >= 2000]
+    assert len(rows) == 5 * len(sizes) + 5 and len(large) == 1 + 5
+    ends = [o + n for o, n in rows]
+    gaps = [b[0] - a for (b, a) in zip(rows[1:], ends, strict=False)]
+    size = (tmp_path / "runs" / f"{run_id}.bin").stat().st_size
+    if direct:
+        assert all(o % S.BLOCK == 0 for o, _ in large)
+        assert all(0 <= g < S.BLOCK for g in gaps) and size - ends[-1] < S.BLOCK
+        assert size < sum(n for _, n in rows) + 2 * len(large) * S.BLOCK
+    else:
+        assert gaps == [0] * len(gaps) and size == ends[-1]
+    # a gap is a large name's padding or its alignment: small names follow the file's end
+    assert all(max(rows[i][1], rows[i + 1][1]) >= 2000 for i, g in enumerate(gaps) if g)
+
+
+def test_a_store_keeps_at_most_open_run_files_per_thread(tmp_path, monkeypatch):
+    import jobs.store as S
+
+    monkeypatch.setattr(S, "OPEN_RUN_FILES", 2)
+    store = Store(tmp_path)
+    runs = [store.create({}) for _ in range(4)]
+    for run_id in runs:
+        _fill(store, run_id, [2])
+    state = store._state()
+    assert list(state.runs) == runs[2:] and sorted(state.appenders) == sorted(runs[2:])
+    for run_id in runs:  # an evicted run reopens
+        assert store.records(run_id) == 2
 
 
 def test_append_refuses_bad_chunks(tmp_path):
