@@ -157,8 +157,10 @@ class _Appender:
     """A run's .bin file, appended to by one thread.
 
     A chunk's name of DIRECT_BYTES or more bypasses the page cache (O_DIRECT) where the file
-    system allows it: it starts at the next BLOCK-aligned offset and goes through a page-aligned
-    staging buffer, its last block padded with zeros (under 0.4% at 1 MB). Smaller ones, such as
+    system allows it: it starts at the next BLOCK-aligned offset, its last block padded with
+    zeros (under 0.4% at 1 MB). A part whose memory is BLOCK-aligned (a large tensor's, with
+    torch's THP_MEM_ALLOC_ENABLE) goes to disk from where it lies; the rest is copied through a
+    page-aligned staging buffer, as O_DIRECT needs aligned memory. Smaller ones, such as
     a slow run's flushes, go through the page cache at the file's end, unpadded. Measured on the
     2-core VM (bench/RESULTS.md, 2026-11-24): a run loop writing 1 GB of records behind the
     sampler, on a thread, cost +24% through O_DIRECT and +42% writing in line through the page
@@ -192,20 +194,23 @@ class _Appender:
         stage, fill = np.frombuffer(self.stage, np.uint8), 0
         for data in parts:
             data = np.frombuffer(data, np.uint8)
+            if not fill and data.ctypes.data % BLOCK == 0:  # its whole blocks need no copy
+                whole = data.size // BLOCK * BLOCK
+                offset, data = self._direct(offset, memoryview(data[:whole])), data[whole:]
             while data.size:
                 k = min(data.size, STAGE_BYTES - fill)
                 np.copyto(stage[fill : fill + k], data[:k])  # numpy copies without the GIL
                 fill, data = fill + k, data[k:]
                 if fill == STAGE_BYTES:
-                    offset, fill = self._direct(offset, STAGE_BYTES), 0
+                    offset, fill = self._direct(offset, memoryview(self.stage)), 0
         if fill:
             size = -(-fill // BLOCK) * BLOCK
             stage[fill:size] = 0
-            self._direct(offset, size)
+            self._direct(offset, memoryview(self.stage)[:size])
         return start
 
-    def _direct(self, offset: int, size: int) -> int:
-        view = memoryview(self.stage)[:size]
+    def _direct(self, offset: int, view: memoryview) -> int:
+        """Writes whole blocks from aligned memory at an aligned ``offset``; returns its end."""
         try:
             _pwrite_all((self.direct or self.file).fileno(), view, offset)
         except OSError as exc:  # a file system that takes the flag but not the write
@@ -214,7 +219,7 @@ class _Appender:
             self.direct.close()
             self.direct = None  # the page cache from here on
             _pwrite_all(self.file.fileno(), view, offset)
-        return offset + size
+        return offset + len(view)
 
 
 def _read_all(fd: int, view: memoryview, offset: int) -> bool:

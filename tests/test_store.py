@@ -1,5 +1,6 @@
 """jobs.store: run metadata, claims across processes, chunked arrays, exports."""
 
+import mmap
 import multiprocessing as mp
 import os
 import sqlite3
@@ -244,6 +245,55 @@ def test_large_and_small_chunks_read_back_and_only_large_ones_are_padded(
         assert gaps == [0] * len(gaps) and size == ends[-1]
     # a gap is a large name's padding or its alignment: small names follow the file's end
     assert all(max(rows[i][1], rows[i + 1][1]) >= 2000 for i, g in enumerate(gaps) if g)
+
+
+def _placed(array: np.ndarray, shift: int = 0) -> np.ndarray:
+    """A copy of ``array`` in memory ``shift`` bytes past a page boundary (0: page-aligned, as
+    torch allocates large tensors with THP_MEM_ALLOC_ENABLE)."""
+    buffer = mmap.mmap(-1, array.nbytes + shift)
+    out = np.frombuffer(buffer, array.dtype, array.size, shift).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def test_aligned_parts_go_to_disk_uncopied_and_the_rest_through_the_staging_buffer(
+    tmp_path, monkeypatch
+):
+    """Parts in BLOCK-aligned memory are written from where they lie: only what is not (an
+    unaligned name, a part short of a block, any part after it) is copied through the staging
+    buffer, and everything reads back as written."""
+    import jobs.store as S
+
+    if not hasattr(os, "O_DIRECT"):
+        pytest.skip("no O_DIRECT on this platform")
+    monkeypatch.setattr(S, "STAGE_BYTES", 3 * S.BLOCK)
+    monkeypatch.setattr(S, "DIRECT_BYTES", 2000)
+    copied, copyto = [], np.copyto
+
+    def spy(dst, src):
+        copied.append(src.nbytes)
+        copyto(dst, src)
+
+    monkeypatch.setattr(S.np, "copyto", spy)
+    store = Store(tmp_path)
+    run_id = store.create({})
+    rng = np.random.default_rng(5)
+    # [records, 8 chains, 2] float32: 256 records are 4 blocks, 25 records are 1,600 B
+    first = rng.standard_normal((256, 8, 2)).astype(np.float32)
+    steps = np.arange(256 + 537, dtype=np.int64)
+    store.append(run_id, 0, {"step": _placed(steps[:256], 8), "position": _placed(first)})
+    if store._appender(run_id).direct is None:
+        pytest.skip("this file system refuses O_DIRECT")
+    assert copied == [256 * 8]  # the unaligned steps only
+    second = rng.standard_normal((537, 8, 2)).astype(np.float32)
+    parts = [_placed(second[:256]), _placed(second[256:281]), _placed(second[281:])]
+    copied.clear()
+    store.append(run_id, 256, {"step": _placed(steps[256:], 8), "position": parts})
+    # the steps, then the short part and the one after it (staged: the buffer holds a partial block)
+    assert copied[0] == 537 * 8 and sum(copied[1:]) == (25 + 256) * 64
+    got = store.read(run_id)
+    np.testing.assert_array_equal(got["step"], steps)
+    np.testing.assert_array_equal(got["position"], np.concatenate([first, second]))
 
 
 def test_a_store_keeps_at_most_open_run_files_per_thread(tmp_path, monkeypatch):
