@@ -28,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jobs as _jobs  # noqa: F401  (first: sets torch's allocator option, as a worker has it)
+
 from .cases import CASES, case_chains
 
 BENCH = Path(__file__).resolve().parent
