@@ -283,6 +283,38 @@ def test_records_written_behind_the_loop_land_whole_and_in_order(tmp_path, monke
         in_process(tmp_path / "c", "mala", {"step_size": 0.1}, **spec)
 
 
+def test_progress_is_reported_twice_a_second_however_often_records_flush(tmp_path, monkeypatch):
+    """Flushes at every 8-step block (as FLUSH_BYTES cuts them at 4096 chains) report progress
+    at the first block, every FLUSH_SECONDS and at the end, not at each flush (a SQLite commit
+    each); a spec's own flush_every reports at every flush."""
+    import sqlite3
+
+    from jobs import run
+
+    reports = []
+    set_progress = Store.set_progress
+
+    def spy(self, run_id, progress):
+        reports.append(progress["steps_done"])
+        set_progress(self, run_id, progress)
+
+    monkeypatch.setattr(Store, "set_progress", spy)
+    monkeypatch.setattr(run, "FLUSH_BYTES", 1)
+    monkeypatch.setattr(run, "BLOCK_ELEMENTS", 16 * 2 * 8)  # blocks of 8 steps
+    spec = {"chains": 16, "steps": 400, "thin": 1, "compile": "never"}
+    start = time.perf_counter()
+    in_process(tmp_path / "a", "mala", {"step_size": 0.1}, **spec)
+    seconds = time.perf_counter() - start
+    (index,) = (tmp_path / "a" / "runs").glob("*.sqlite")
+    flushes = sqlite3.connect(index).execute("SELECT COUNT(DISTINCT start) FROM chunks")
+    assert flushes.fetchone()[0] == 1 + 399 // 8 + 1
+    assert reports[0] == 1 and reports[-1] == 400
+    assert len(reports) <= 2 + seconds / run.FLUSH_SECONDS + 1
+    reports.clear()
+    in_process(tmp_path / "b", "mala", {"step_size": 0.1}, **spec, flush_every=40)
+    assert reports[:-1] == list(range(40, 401, 40))
+
+
 def test_a_run_compiles_only_when_the_compile_pays_within_it(tmp_path, monkeypatch):
     from jobs.run import execute
     from jobs.spec import _built, build, parse_spec
