@@ -93,10 +93,11 @@ def machine(*details: str) -> str:
 def record(block: list[str]) -> None:
     """Append a results block to bench/RESULTS.md (its heading first, in a new file)."""
     new = not RESULTS.exists()
+    ends_blank = new or RESULTS.read_text().endswith("\n\n")  # a reading may end the file
     with RESULTS.open("a") as f:
         if new:
             f.write("# Benchmark results\n\nAppended by `python -m bench ...`; newest last.\n\n")
-        f.write("\n".join(block) + "\n")
+        f.write(("" if ends_blank else "\n") + "\n".join(block) + "\n")
     print(f"recorded in {RESULTS}")
 
 
