@@ -1,12 +1,17 @@
 """The compiled multi-step path computes exactly what the eager steps compute on the same noise,
 and ``run(fused=True)`` hands back a consistent state and per-step Info."""
 
+import os
+
 import pytest
 import torch
 
 import landscapes
 import samplers
 from samplers.fused import Recorder, Replay, chunk_steps, compiled_entry
+
+# The tests' device: the CPU, as CI has it; BASIN_TEST_DEVICE=cuda runs the same tests on a GPU.
+DEVICE = os.environ.get("BASIN_TEST_DEVICE", "cpu")
 
 CASES = [
     ("banana", "sgld", {"step_size": 0.01}),
@@ -23,7 +28,7 @@ CASES = [
 
 def build(target_name: str, dtype: str = "float64") -> landscapes.Target:
     params = {"hidden": 2, "n": 100} if target_name == "tanh" else {}
-    return landscapes.make(target_name, device="cpu", dtype=dtype, **params)
+    return landscapes.make(target_name, device=DEVICE, dtype=dtype, **params)
 
 
 @pytest.mark.slow
@@ -31,14 +36,14 @@ def build(target_name: str, dtype: str = "float64") -> landscapes.Target:
 def test_compiled_chunk_equals_eager_chunk_on_the_same_noise(target_name, name, params):
     target = build(target_name)
     kernel = samplers.make(name, **params)
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(DEVICE).manual_seed(0)
     start = target.exact_sample(g, 16) if target.exact_sample else target.initial(g, 16)
     state = kernel.init(start, target, g)
     recorder = Recorder(g)
     state, _ = kernel.step(state, target, recorder)  # learns the draws of one step
     steps = 4
     noise = recorder.prepare(steps)
-    active = torch.tensor([True, True, True, False])  # the last step pads the chunk
+    active = torch.tensor([True, True, True, False], device=DEVICE)  # the last step pads the chunk
     args = (state.position, state.center, state.diverged, state.aux, noise, active)
     eager = chunk_steps(kernel, target, positions=True)(*args)
     three = chunk_steps(kernel, target)(*args[:4], [n[:3] for n in noise], active[:3])
@@ -65,9 +70,9 @@ def test_compiled_chunk_equals_eager_chunk_on_the_same_noise(target_name, name, 
 
 @pytest.mark.slow
 def test_fused_run_shapes_and_stationarity():
-    target = landscapes.make("banana", device="cpu", dtype="float32")
+    target = landscapes.make("banana", device=DEVICE, dtype="float32")
     kernel = samplers.make("mala", step_size=0.05)
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(DEVICE).manual_seed(1)
     state = kernel.init(target.exact_sample(g, 2000), target, g)
     state, info = kernel.run(state, target, g, 2 * 8 + 3, fused=True, chunk=8, positions=True)
     assert state.step == 19 and info.loss.shape == (19, 2000) and info.accepted.shape == (19, 2000)
@@ -81,14 +86,15 @@ def test_fused_run_shapes_and_stationarity():
 
 @pytest.mark.slow
 def test_fused_info_flags_each_chain_from_the_step_it_diverged():
-    # SGLD at eps a = 10 multiplies w by -4 per step: float32 overflows ~63 steps after |w| = 1,
-    # sooner from farther out, so the four chains diverge at four different steps.
-    target = landscapes.make("gaussian", dim=1, device="cpu", dtype="float32")
+    # SGLD at eps a = 10 multiplies w by -4 per step, so the loss w^2/2 overflows float32 ~29
+    # steps from |w| = 100 and sooner from farther out: four chains, four different steps. The
+    # noise (sqrt(10) per step) is under 4% of w from the start, so it never moves the step.
+    target = landscapes.make("gaussian", dim=1, device=DEVICE, dtype="float32")
     kernel = samplers.make("sgld", step_size=10.0)
-    start = torch.tensor([[1.0], [1e4], [1e8], [1e12]])
+    start = torch.tensor([[1e2], [1e4], [1e8], [1e12]], device=DEVICE)
     runs = []
     for fused in (False, True):
-        g = torch.Generator().manual_seed(2)
+        g = torch.Generator(DEVICE).manual_seed(2)
         runs.append(kernel.run(kernel.init(start, target, g), target, g, 80, fused=fused)[1])
     eager, fused = runs
     first = [int(d.nonzero()[0]) for d in fused.diverged.T]  # each chain's first flagged step
@@ -100,9 +106,9 @@ def test_fused_info_flags_each_chain_from_the_step_it_diverged():
 
 @pytest.mark.parametrize("name", ["sghmc", "sgnht", "baoab"])
 def test_each_step_records_the_kinetic_energy_and_thermostat_of_its_state(name):
-    target = landscapes.make("banana", device="cpu", dtype="float64")
+    target = landscapes.make("banana", device=DEVICE, dtype="float64")
     kernel = samplers.make(name, step_size=0.01)
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(DEVICE).manual_seed(0)
     state = kernel.init(target.exact_sample(g, 8), target, g)
     for _ in range(3):
         state, info = kernel.step(state, target, g)
@@ -122,10 +128,13 @@ def test_noise_filled_into_reused_buffers_equals_fresh_draws():
         ("uniform", (3,), torch.float64, None),
         ("integers", (7,), torch.int64, 100),
     ]
-    fresh, reused = Recorder(torch.Generator().manual_seed(5)), Recorder(torch.Generator())
+    fresh, reused = (
+        Recorder(torch.Generator(DEVICE).manual_seed(5)),
+        Recorder(torch.Generator(DEVICE)),
+    )
     fresh.plan = reused.plan = plan
     reused.generator.manual_seed(5)
-    buffers = [torch.zeros(4, *shape, dtype=dtype) for _, shape, dtype, _ in plan]
+    buffers = [torch.zeros(4, *shape, dtype=dtype, device=DEVICE) for _, shape, dtype, _ in plan]
     for _ in range(2):  # the second chunk's draws go into the first chunk's buffers
         want, got = fresh.prepare(4), reused.prepare(4, buffers)
         assert all(g is b for g, b in zip(got, buffers, strict=True))
@@ -138,9 +147,9 @@ def test_a_paired_compiled_chunk_reports_w0s_loss_on_each_steps_batch():
     target = build("tanh")
     kernel = samplers.make("sgld", step_size=1e-4, batch_size=10)
     kernel.paired = True
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(DEVICE).manual_seed(0)
     start = target.initial(g, 4) + 0.3 * torch.randn(
-        4, target.dim, generator=g, dtype=torch.float64
+        4, target.dim, generator=g, dtype=torch.float64, device=DEVICE
     )
     state = kernel.init(start, target, g)
     assert state.center_losses.shape == (target.n,)  # every point's loss at w0, once
@@ -149,7 +158,14 @@ def test_a_paired_compiled_chunk_reports_w0s_loss_on_each_steps_batch():
     noise = recorder.prepare(4)
     (index,) = [n for n in noise if n.dtype == torch.int64]  # each step's minibatch
     entry = compiled_entry(kernel, target, state)
-    args = (state.position, state.center, state.diverged, state.aux, noise, torch.ones(4) > 0)
+    args = (
+        state.position,
+        state.center,
+        state.diverged,
+        state.aux,
+        noise,
+        torch.ones(4, device=DEVICE) > 0,
+    )
     got = entry.chunk(*args, None, state.center_losses)[3].scalars["center_loss"]
     for i in range(4):  # w0's loss on step i's batch, evaluated directly
         want = target.loss(state.center[:1], target.batch(index[i]))

@@ -9,6 +9,7 @@
 """
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -19,16 +20,18 @@ import landscapes
 import samplers
 from samplers.mcmc import log_q
 
+# The tests' device: the CPU, as CI has it; BASIN_TEST_DEVICE=cuda runs the same tests on a GPU.
+DEVICE = os.environ.get("BASIN_TEST_DEVICE", "cpu")
 C = 4000
 
 
 def gen(seed=0):
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator(DEVICE).manual_seed(seed)
 
 
 def gaussian_target():
     return landscapes.make(
-        "gaussian", dim=2, scales=(0.6, 1.4), rotate=True, seed=4, device="cpu", dtype="float64"
+        "gaussian", dim=2, scales=(0.6, 1.4), rotate=True, seed=4, device=DEVICE, dtype="float64"
     )
 
 
@@ -93,7 +96,7 @@ def eigen_variances(samples, target):
     # chains are independent; draws of one chain `thin` steps apart count as independent-ish,
     # so the standard error uses the number of chains only (conservative)
     se = var * math.sqrt(2 / samples.shape[1])
-    return lam.numpy(), var.numpy(), se.numpy()
+    return lam.cpu().numpy(), var.cpu().numpy(), se.cpu().numpy()
 
 
 LINEAR = {
@@ -222,7 +225,7 @@ def test_marginals_match_exact_draws(kernel_name, target_name):
     """Chains started at exact draws must stay distributed as the target; the final states of
     C independent chains are C independent draws, so the KS bound uses n = C exactly."""
     target = landscapes.make(
-        target_name, device="cpu", dtype="float64", **POTENTIAL_PARAMS[target_name]
+        target_name, device=DEVICE, dtype="float64", **POTENTIAL_PARAMS[target_name]
     )
     kernel = samplers.make(kernel_name, **KS_CASES[kernel_name])
     g = gen(7)
@@ -231,7 +234,7 @@ def test_marginals_match_exact_draws(kernel_name, target_name):
     assert not state.diverged.any()
     reference = target.exact_sample(gen(8), 20_000)
     for i in range(2):
-        ks = stats.ks_2samp(state.position[:, i].numpy(), reference[:, i].numpy())
+        ks = stats.ks_2samp(state.position[:, i].cpu().numpy(), reference[:, i].cpu().numpy())
         assert ks.pvalue > 1e-4, (kernel_name, target_name, i, ks)
     if kernel_name in ("mala", "hmc", "rwmh"):
         assert info.accepted.mean() > 0.2
@@ -269,11 +272,11 @@ def test_mala_acceptance_reference_vector():
 def quadratic_llc(name, steps, chains=2000, **params):
     """E[nbeta L] for L = w0^2 + 0.3 w1^2 + 3 w2^2, nbeta = 1000, localization 1, from w0 = 0."""
     target = landscapes.make(
-        "custom", formula="w0**2 + 0.3 * w1**2 + 3 * w2**2", device="cpu", dtype="float64"
+        "custom", formula="w0**2 + 0.3 * w1**2 + 3 * w2**2", device=DEVICE, dtype="float64"
     )
     kernel = samplers.make(name, nbeta=1000.0, localization=1.0, **params)
     g = gen(3)
-    state = kernel.init(torch.zeros(chains, 3, dtype=torch.float64), target, g)
+    state = kernel.init(torch.zeros(chains, 3, dtype=torch.float64, device=DEVICE), target, g)
     state, _ = kernel.run(state, target, g, steps // 2)
     state, info = kernel.run(state, target, g, steps // 2)
     assert not info.diverged.any()
@@ -317,7 +320,7 @@ def test_minibatch_stationary_loss_matches_full_batch():
     """At a small step the minibatch noise, (eps/4) nbeta^2 Var(g), is negligible, so the
     stationary full-data loss must agree with full-batch SGLD within Monte Carlo error."""
     target = landscapes.make(
-        "rrr", inputs=3, hidden=2, outputs=2, rank=1, n=200, seed=2, device="cpu", dtype="float64"
+        "rrr", inputs=3, hidden=2, outputs=2, rank=1, n=200, seed=2, device=DEVICE, dtype="float64"
     )
     means, ses = [], []
     for batch in (None, 20):
@@ -337,7 +340,7 @@ def test_minibatch_stationary_loss_matches_full_batch():
 
 @pytest.mark.parametrize("name", sorted(samplers.REGISTRY))
 def test_a_nan_chain_is_frozen_and_flagged_and_the_others_are_untouched(name):
-    target = landscapes.make("banana", device="cpu", dtype="float64")
+    target = landscapes.make("banana", device=DEVICE, dtype="float64")
     kernel = samplers.make(name, step_size=0.01)
     x0 = target.exact_sample(gen(0), 6)
     runs = []
@@ -358,7 +361,7 @@ def test_a_nan_chain_is_frozen_and_flagged_and_the_others_are_untouched(name):
 
 def test_divergence_during_a_run_is_caught():
     # SGLD with a huge step on the banana overflows; such chains stop where they were finite
-    target = landscapes.make("banana", device="cpu", dtype="float64")
+    target = landscapes.make("banana", device=DEVICE, dtype="float64")
     kernel = samplers.make("sgld", step_size=5.0)
     g = gen(2)
     state = kernel.init(target.exact_sample(g, 64), target, g)
