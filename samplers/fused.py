@@ -2,10 +2,11 @@
 
 Eager PyTorch pays a few microseconds of dispatch per operation, which dominates a step on a
 2-D potential, and a compiled call has a fixed cost of tens of microseconds. So ``chunk`` steps
-run as one ``scan`` compiled with ``torch.compile``: one step's graph, looped in C++. A compiled
-graph cannot take a ``torch.Generator``, so one eager step is run with a ``Recorder`` to learn
-which draws a step makes, ``chunk`` steps' worth of each draw is made up front, and each step of
-the scan reads its row through a ``Replay`` in the same order.
+run as one ``scan`` compiled with ``torch.compile``: one step's graph, looped in C++ (on CUDA,
+the compiled step captured in a CUDA graph: ``GraphedChunk``). A compiled graph cannot take a
+``torch.Generator``, so one eager step is run with a ``Recorder`` to learn which draws a step
+makes, ``chunk`` steps' worth of each draw is made up front, and each step of the scan reads its
+row through a ``Replay`` in the same order.
 """
 
 from __future__ import annotations
@@ -128,12 +129,13 @@ def chunk_steps(kernel: Kernel, target, positions: bool = False):
 class GraphedChunk:
     """On CUDA, ``chunk_steps``'s function run as a CUDA graph of the compiled step.
 
-    Inductor runs a compiled ``scan`` on CUDA as a host loop that launches each step's kernels
-    and reads the loop counter back: ~50 us a step on an H100 whatever the chain count, 5-20x
-    slower than BlackJAX's XLA loop. Here the step alone is compiled (fused into a few kernels)
-    and a chunk's calls of it are captured once per chunk length in a CUDA graph, which
-    launches them all at once. A call copies its arguments into the graph's own inputs,
-    replays it, and returns copies of its outputs, which the next replay overwrites."""
+    Inductor runs a compiled ``scan`` as a Python ``while`` loop on a condition tensor, which on
+    CUDA is read back to the host, a synchronisation, every step: ~50 us a step on an H100
+    whatever the chain count, 5-20x slower than BlackJAX's XLA loop (bench/RESULTS.md, 11:53 on
+    2026-11-24). Here the step alone is compiled (fused into a few kernels), and a chunk's calls
+    of it are captured once per chunk length in a CUDA graph, which launches them all at once.
+    A call copies its arguments into the graph's own inputs, replays it, and returns copies of
+    its outputs, which the next replay overwrites."""
 
     def __init__(self, kernel: Kernel, target, positions: bool, options: dict | None):
         self.kernel, self.target, self.positions = kernel, target, positions
