@@ -140,6 +140,7 @@ class GraphedChunk:
     def __init__(self, kernel: Kernel, target, positions: bool, options: dict | None):
         self.kernel, self.target, self.positions = kernel, target, positions
         self.options = options
+        self.step = None  # compiled once: every chunk length captures calls of the same step
         self.graphs: dict[tuple, tuple] = {}
 
     def __call__(
@@ -159,8 +160,10 @@ class GraphedChunk:
     def _capture(self, args: list) -> tuple:
         inputs = _rebuild(args, [t.clone() for t in _tensors(args)])
         position, center, diverged, aux, noise, active, basis, center_losses = inputs
-        body = step_body(self.kernel, self.target, list(aux), self.positions)
-        step = torch.compile(body, dynamic=False, options=self.options)
+        if self.step is None:
+            body = step_body(self.kernel, self.target, list(aux), self.positions)
+            self.step = torch.compile(body, dynamic=False, options=self.options)
+        step = self.step
 
         def chunk():
             carry, ys = (position, diverged, *aux.values()), []
