@@ -9,9 +9,10 @@
     python -m bench surface [--repeats 5] [--quick] [--no-record]
     python -m bench app [--repeats 5] [--quick] [--no-record]
 
-``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately (Basin, peer,
-Basin, peer, ...) ``--repeats`` times, prints the median chain-steps per second of each side and
-their ratio, and appends the table to bench/RESULTS.md (unless --no-record or --quick).
+``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
+chain counts in turn (Basin and peer at the first count, then at the next, ...), ``--repeats``
+times, prints the median chain-steps per second of each side and their ratio, and appends the
+table to bench/RESULTS.md (unless --no-record or --quick).
 """
 
 from __future__ import annotations
@@ -122,24 +123,31 @@ def engine(args: argparse.Namespace) -> None:
             "Running Basin's side only.",
             file=sys.stderr,
         )
-    rows, rates = [], {}
+    rows, times, steps_of = [], {}, {}
     header = "| case | C | steps | Basin chain-steps/s | BlackJAX chain-steps/s | Basin/BlackJAX |"
     print(f"median of {repeats} repeats\n{header}\n|---|---:|---:|---:|---:|---:|")
     try:
         for name in CASES:
-            for chains in case_chains(name, banana):
-                case = basin.BasinCase(name, chains, args.device)
+            counts = case_chains(name, banana)
+            cases = {c: basin.BasinCase(name, c, args.device) for c in counts}
+            for chains, case in cases.items():
                 case.seconds(steps)  # warm-up (compiles)
                 n = steps  # doubled until a measurement lasts MIN_SECONDS
                 while case.seconds(n) < MIN_SECONDS and not args.quick and n < 1024 * steps:
                     n *= 2
-                times = {"basin": [], "peer": []}
-                for _ in range(repeats):  # alternate, so that both sides see the same noise
-                    times["basin"].append(case.seconds(n))
+                steps_of[name, chains] = n
+                times[name, chains] = {"basin": [], "peer": []}
+            # Alternate sides and chain counts, so that all see the same phases of a noisy host
+            # (the MLP's step ratio compares its two chain counts repeat by repeat).
+            for _ in range(repeats):
+                for chains, case in cases.items():
+                    n, t = steps_of[name, chains], times[name, chains]
+                    t["basin"].append(case.seconds(n))
                     if peer:  # the peer compiles and warms up on its first call of each size
-                        times["peer"].append(peer.measure(name, chains, n))
-                b, p = rate(chains, n, times["basin"]), rate(chains, n, times["peer"])
-                rates[name, chains] = (b, p)
+                        t["peer"].append(peer.measure(name, chains, n))
+            for chains in counts:
+                n, t = steps_of[name, chains], times[name, chains]
+                b, p = rate(chains, n, t["basin"]), rate(chains, n, t["peer"])
                 ratio = b / p if p else None
                 rows.append(f"| {name} | {chains} | {n} | {fmt(b)} | {fmt(p)} | {fmt(ratio)} |")
                 print(rows[-1], flush=True)
@@ -147,15 +155,21 @@ def engine(args: argparse.Namespace) -> None:
         if peer:
             peer.close()
 
-    # Time per step of the MLP at hi chains over lo chains: (hi / rate_hi) / (lo / rate_lo).
-    lo, hi = CASES["mlp-sgld"]["chains"]
+    # Time per step of the MLP at hi chains over lo chains, the median over repeats of each
+    # repeat's pair of measurements.
+    lo, hi = (("mlp-sgld", c) for c in CASES["mlp-sgld"]["chains"])
     mlp = [
-        (hi / r_hi) / (lo / r_lo) if r_lo and r_hi else None
-        for r_lo, r_hi in zip(rates["mlp-sgld", lo], rates["mlp-sgld", hi], strict=True)
+        statistics.median(
+            (t_hi / steps_of[hi]) / (t_lo / steps_of[lo])
+            for t_lo, t_hi in zip(times[lo][side], times[hi][side], strict=True)
+        )
+        if times[lo][side]
+        else None
+        for side in ("basin", "peer")
     ]
     mlp_line = (
-        f"MLP step time, {hi} chains / {lo} chain: Basin {fmt(mlp[0])} (goal <= 3), "
-        f"BlackJAX {fmt(mlp[1])}."
+        f"MLP step time, {hi[1]} chains / {lo[1]} chain (median of the repeats' pairs): "
+        f"Basin {fmt(mlp[0])} (goal <= 3), BlackJAX {fmt(mlp[1])}."
     )
     print(mlp_line)
     if args.no_record or args.quick:
@@ -174,7 +188,7 @@ def engine(args: argparse.Namespace) -> None:
         "",
         f"`python -m bench {shlex.join(sys.argv[1:])}`: each measurement runs the steps given "
         f"(doubled from {steps} until one lasts {MIN_SECONDS} s), median of {repeats} repeats, "
-        "Basin and BlackJAX alternating; float32.",
+        "Basin and BlackJAX alternating, and a case's chain counts too; float32.",
         "",
         machine(basin.describe(args.device), peer_line),
         "",
