@@ -148,13 +148,14 @@ class GraphedChunk:
     ):
         args = [position, center, diverged, aux, noise, active, basis, center_losses]
         key = (active.shape[0], tuple(aux), basis is None, center_losses is None)
-        if key not in self.graphs:
-            self.graphs[key] = self._capture(args)
-        graph, inputs, outputs = self.graphs[key]
-        for mine, given in zip(_tensors(inputs), _tensors(args), strict=True):
-            mine.copy_(given)
-        graph.replay()
-        carry, stacked = tree_map(torch.clone, outputs)
+        with torch.cuda.device(position.device):  # capture and replay on the chains' GPU
+            if key not in self.graphs:
+                self.graphs[key] = self._capture(args)
+            graph, inputs, outputs = self.graphs[key]
+            for mine, given in zip(_tensors(inputs), _tensors(args), strict=True):
+                mine.copy_(given)
+            graph.replay()
+            carry, stacked = tree_map(torch.clone, outputs)
         return _unpack(carry, stacked, list(aux), self.positions)
 
     def _capture(self, args: list) -> tuple:
@@ -174,11 +175,11 @@ class GraphedChunk:
             return carry, tree_map(lambda *steps: torch.stack(steps), *ys)
 
         # compile and warm up on a side stream, outside the capture (the CUDA graph rules)
-        side = torch.cuda.Stream(device=position.device)
-        side.wait_stream(torch.cuda.current_stream(position.device))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             chunk()
-        torch.cuda.current_stream(position.device).wait_stream(side)
+        torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             outputs = chunk()
