@@ -218,8 +218,8 @@ def jobs(args: argparse.Namespace) -> None:
         f"tracing the positions the spec records (each block's Info dropped) vs the sampling "
         f"loop of `jobs.run.execute` into a fresh Store (blocks, records, flushes written "
         f"behind the loop, progress); the last column is the whole run (target "
-        f"build, summary with ESS and R-hat). Median of {args.repeats}, alternating. Goal "
-        f"(issue 4): overhead <= 10%.",
+        f"build, summary with ESS and R-hat). Median of {args.repeats}, alternating; the "
+        "overhead is the median of each repeat's jobs / bare. Goal (issue 4): overhead <= 10%.",
         "",
         machine(),
         "",
