@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch._higher_order_ops.scan import scan
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from .base import Info, Kernel, State, draw, trace
 
@@ -152,14 +152,15 @@ class GraphedChunk:
             if key not in self.graphs:
                 self.graphs[key] = self._capture(args)
             graph, inputs, outputs = self.graphs[key]
-            for mine, given in zip(_tensors(inputs), _tensors(args), strict=True):
-                mine.copy_(given)
+            for mine, given in zip(tree_leaves(inputs), tree_leaves(args), strict=True):
+                if mine is not None:  # basis and center_losses may be None
+                    mine.copy_(given)
             graph.replay()
             carry, stacked = tree_map(torch.clone, outputs)
         return _unpack(carry, stacked, list(aux), self.positions)
 
     def _capture(self, args: list) -> tuple:
-        inputs = _rebuild(args, [t.clone() for t in _tensors(args)])
+        inputs = tree_map_only(Tensor, torch.clone, args)
         position, center, diverged, aux, noise, active, basis, center_losses = inputs
         if self.step is None:
             body = step_body(self.kernel, self.target, list(aux), self.positions)
@@ -184,24 +185,6 @@ class GraphedChunk:
         with torch.cuda.graph(graph):
             outputs = chunk()
         return graph, inputs, outputs
-
-
-def _tensors(args: list) -> list[Tensor]:
-    """The tensors of a chunk's arguments, in order (aux values, then each noise tensor)."""
-    position, center, diverged, aux, noise, active, basis, center_losses = args
-    rest = [t for t in (basis, center_losses) if t is not None]
-    return [position, center, diverged, *aux.values(), *noise, active, *rest]
-
-
-def _rebuild(args: list, tensors: list[Tensor]) -> list:
-    """``args`` with its tensors replaced by ``tensors`` (in ``_tensors`` order)."""
-    it = iter(tensors)
-    position, center, diverged = next(it), next(it), next(it)
-    aux = {k: next(it) for k in args[3]}
-    noise = [next(it) for _ in args[4]]
-    active = next(it)
-    basis, center_losses = (None if a is None else next(it) for a in args[6:])
-    return [position, center, diverged, aux, noise, active, basis, center_losses]
 
 
 # Inductor lowers ``scan`` to a while loop that indexes its buffers with the loop counter's
