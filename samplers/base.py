@@ -264,7 +264,10 @@ def stack_infos(infos: list[Info]) -> Info:
     """Per-step Infos ([C] or already stacked [T, C]) into one Info of [T, C] tensors."""
 
     def cat(parts: list[Tensor], ndim: int = 2) -> Tensor:  # [C, ...] or [T, C, ...] parts
-        return torch.cat([x.reshape(-1, *x.shape[x.ndim - ndim + 1 :]) for x in parts])
+        parts = [x.reshape(-1, *x.shape[x.ndim - ndim + 1 :]) for x in parts]
+        # one part (a fused block of one chunk) is returned as it is: copying a block's records
+        # took 14% of a 4096-chain banana run's time at thin 1
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def column(key: str) -> Tensor:
         return cat([getattr(i, key) for i in infos])
