@@ -8,6 +8,7 @@ import torch
 
 import landscapes
 import samplers
+from samplers import fused as fusedmod
 from samplers.fused import Recorder, Replay, chunk_steps, compiled_entry
 
 # The tests' device: the CPU, as CI has it; BASIN_TEST_DEVICE=cuda runs the same tests on a GPU.
@@ -140,6 +141,38 @@ def test_noise_filled_into_reused_buffers_equals_fresh_draws():
         assert all(g is b for g, b in zip(got, buffers, strict=True))
         assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))
     assert len(set(buffers[2].flatten().tolist())) > 10  # drawn, not left as they were
+
+
+def test_a_large_cpu_draw_in_parallel_parts_depends_on_the_seed_only_and_has_the_right_law():
+    steps, chains, dim = 64, 32, 128  # 262144 normals: above PARALLEL_DRAW, so in PARTS parts
+    assert steps * chains * dim >= fusedmod.PARALLEL_DRAW
+
+    def drawn(threads, kind="normal", dtype=torch.float32, high=None, shape=(chains, dim)):
+        g = torch.Generator().manual_seed(11)
+        return fusedmod.fill(g, kind, (steps, *shape), dtype, high, threads=threads)
+
+    one, two = drawn(1), drawn(2)
+    assert torch.equal(one, two) and torch.equal(one, drawn(3))  # not how many threads drew
+    plain = torch.randn(steps, chains, dim, generator=torch.Generator().manual_seed(11))
+    assert not torch.equal(one, plain)  # drawn by the parts' own generators
+    # Standard normal per part, parts not copies of each other: each part's mean within 5 of
+    # its Monte Carlo standard errors of 0, its variance of 1 (var of x^2 is 2), and the
+    # correlation of two parts within 5 / sqrt(m) of 0.
+    parts = one.reshape(fusedmod.PARTS, -1).double()
+    m = parts.shape[1]
+    assert parts.mean(1).abs().max() < 5 / m**0.5
+    assert (parts.var(1) - 1).abs().max() < 5 * (2 / m) ** 0.5
+    corr = torch.corrcoef(parts)
+    assert (corr - torch.eye(fusedmod.PARTS, dtype=corr.dtype)).abs().max() < 5 / m**0.5
+    # the other kinds: uniform on [0, 1), integers on [0, high) with every value hit
+    u = drawn(2, "uniform", torch.float64)
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 5 * (1 / 12 / u.numel()) ** 0.5
+    k = drawn(2, "integers", torch.int64, 1437, shape=(4096,))
+    assert k.min() == 0 and k.max() == 1436 and len(k.unique()) == 1437
+    # small draws, or chunks shorter than PARTS steps, are the plain draw
+    g, h = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    small = fusedmod.fill(g, "normal", (4, chains, dim), torch.float32, threads=2)
+    assert torch.equal(small, torch.randn(4, chains, dim, generator=h))
 
 
 @pytest.mark.slow
