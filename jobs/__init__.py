@@ -11,3 +11,10 @@ import os
 # them through a staging buffer: 1 GB of records cost the 2-core VM's sampler ~0.1 s less
 # (bench/RESULTS.md, 2026-11-24). Workers and ``python -m jobs`` import this first.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+# libgomp's threads spin ~7 ms (300,000 spins) after a parallel region before they sleep. A
+# compiled chunk ends in one, and the next chunk's noise is then drawn on two threads
+# (samplers.fused.fill) while the other core is still held by a spinning thread: the draw ran no
+# faster than on one (digits MLP, 8 chains: 46 us a step either way; 26 with 30,000 spins, and
+# the surfaces' eager loops within 4%). libgomp reads it when it loads: before torch, as above.
+os.environ.setdefault("GOMP_SPINCOUNT", "30000")
