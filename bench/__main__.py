@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jobs as _jobs  # noqa: F401  (first: sets torch's allocator option, as a worker has it)
+import jobs as _jobs  # noqa: F401  (first: torch's allocator and libgomp options, as in a worker)
 
 from .cases import CASES, case_chains
 
@@ -215,9 +215,9 @@ def jobs(args: argparse.Namespace) -> None:
         f"## {stamp}: jobs overhead",
         "",
         f"`python -m bench {shlex.join(sys.argv[1:])}`: bare `kernel.run` in the loop's blocks, "
-        f"tracing the positions the spec records (each block's Info dropped) vs the sampling "
-        f"loop of `jobs.run.execute` into a fresh Store (blocks, records, flushes written "
-        f"behind the loop, progress); the last column is the whole run (target "
+        f"tracing the positions the spec records (held up to a flush's 32 MB, then dropped) vs "
+        f"the sampling loop of `jobs.run.execute` into a fresh Store (blocks, records, flushes "
+        f"written behind the loop, progress); the last column is the whole run (target "
         f"build, summary with ESS and R-hat). Median of {args.repeats}, alternating; the "
         "overhead is the median of each repeat's jobs / bare. Goal (issue 4): overhead <= 10%.",
         "",

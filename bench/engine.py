@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 
@@ -75,4 +76,7 @@ def describe(device: str) -> str:
     """torch version, threads and the device Basin runs on."""
     dev = landscapes.resolve_device(device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
-    return f"torch {torch.__version__} ({torch.get_num_threads()} threads), device {dev} ({name})"
+    threads = f"{torch.get_num_threads()} threads"
+    if dev.type == "cpu":  # set by ``import jobs`` as in Basin's workers (jobs/__init__.py)
+        threads += f", GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}"
+    return f"torch {torch.__version__} ({threads}), device {dev} ({name})"

@@ -1,13 +1,14 @@
 """``python -m bench jobs``: what running through jobs costs over the bare sampler loop.
 
 Both sides run the same spec on the same device after a warm-up (compiled chunks cached): the
-bare side is ``kernel.run`` in the loop's blocks, tracing what the spec records, with nothing
-kept; the jobs side is the sampling loop of ``jobs.run.execute`` into a fresh Store (blocks,
-records kept on the device, flushes written behind the loop, progress), and, in the last column,
-the whole run (building the target, the summary). Alternating, median of the repeats; the
-overhead is the median of each repeat's jobs / bare. The specs ask for compiled chunks
-(``compile: always``), the path with the shortest steps and so the one where the loop's own cost
-weighs most; ``auto`` would run the 5,000-step MLP eagerly, where steps take ~4x longer.
+bare side is ``kernel.run`` in the loop's blocks, tracing what the spec records, held as the
+jobs loop holds them between flushes and then dropped; the jobs side is the sampling loop of
+``jobs.run.execute`` into a fresh Store (blocks, records kept on the device, flushes written
+behind the loop, progress), and, in the last column, the whole run (building the target, the
+summary). Alternating, median of the repeats; the overhead is the median of each repeat's
+jobs / bare. The specs ask for compiled chunks (``compile: always``), the path with the
+shortest steps and so the one where the loop's own cost weighs most; ``auto`` would run the
+5,000-step MLP eagerly, where steps take ~4x longer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 
 import torch
 
-from jobs.run import block_steps, execute, projection
+from jobs.run import FLUSH_BYTES, block_steps, execute, projection
 from jobs.spec import build, estimate, parse_spec
 from jobs.store import Store
 
@@ -42,9 +43,11 @@ CASES = {
 
 def bare(spec) -> float:
     """The sampler alone: ``kernel.run`` in the jobs loop's blocks, tracing the positions the
-    spec records (all of them, or their projection), each block's Info dropped (one call of all
-    steps would also stack every step's Info, ~0.7 GB for the banana). What jobs adds is then
-    what issue 4 counts: keeping, flushing and storing the records."""
+    spec records (all of them, or their projection), each block's Info held until FLUSH_BYTES
+    of them are, as the jobs loop holds its records between flushes, then dropped instead of
+    written. What jobs adds is then what issue 4 counts: thinning, flushing and storing the
+    records. (Dropping each block's Info at once made this side bimodal at thin 1, 0.84 or
+    1.03 s a run from one run to the next: its 3 MB blocks were freed and faulted in anew.)"""
     target, kernel, device = build(spec)
     g = torch.Generator(device=device).manual_seed(spec.seed)
     state = kernel.init(target.initial(g, spec.chains), target, g)
@@ -53,10 +56,17 @@ def bare(spec) -> float:
     if est.positions == "projection":
         record = projection(spec, est.dim, device, state.position.dtype)
     block = block_steps(spec, target.dim)
+    held, held_bytes = [], 0
     start = time.perf_counter()
     for done in range(0, spec.steps, block):
         n = min(block, spec.steps - done)
         state, info = kernel.run(state, target, g, n, fused=kernel.fusable, positions=record)
+        held.append(info)
+        held_bytes += sum(
+            t.nbytes for t in (info.loss, info.diverged, info.position) if t is not None
+        )
+        if held_bytes >= FLUSH_BYTES:
+            held, held_bytes = [], 0
     info.loss.sum().item()  # the device's work is done
     return time.perf_counter() - start
 
