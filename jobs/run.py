@@ -118,7 +118,14 @@ def execute(
     block, done, stopped = block_steps(spec, est.dim), 0, False
     record = basis if basis is not None else est.positions == "all"  # projected in the scan
     chunk = None
-    if records.snapshot_stride:  # blocks end at snapshots: one compiled length serves them all
+    # Snapshots come from a block's full positions, handed out by the scan, when they fit
+    # BLOCK_ELEMENTS (block_steps sizes blocks to, unless one step alone passes it): blocks then
+    # keep their length. Cut at the 8-chain digits MLP's snapshots, every 25 steps, its blocks'
+    # extra compiled calls and draws cost 15% of the run (bench/RESULTS.md, 2026-11-24).
+    inline = bool(records.snapshot_stride) and block * spec.chains * est.dim <= BLOCK_ELEMENTS
+    if inline:
+        record = True
+    elif records.snapshot_stride:  # blocks end at snapshots: one compiled length serves them all
         pieces = math.ceil(records.snapshot_stride / block)  # blocks between two snapshots
         block = chunk = math.ceil(records.snapshot_stride / pieces)
     fused = compiled(spec, kernel, state, target)
@@ -132,12 +139,18 @@ def execute(
             n = min(FIRST_BLOCK if first else block, spec.steps - done)
             if spec.flush_every:  # blocks cut below still flush at multiples of flush_every
                 n = min(n, spec.flush_every - done % spec.flush_every)
-            snapshot = records.next_snapshot(done)
+            snapshot = None if inline else records.next_snapshot(done)
             if snapshot is not None:  # the block ends there: the snapshot is its final state
                 n = min(n, snapshot + 1 - done)
             state, info = kernel.run(
                 state, target, generator, n, fused=fused, chunk=chunk, positions=record
             )
+            if inline:  # the block's snapshots, then its positions projected as in the scan
+                step = records.next_snapshot(done)
+                while step is not None and step < done + n:
+                    records.snapshot(step, info.position[step - done])
+                    step = records.next_snapshot(step + 1)
+                info.position = info.position @ basis
             records.keep(done, info)
             if snapshot == done + n - 1:
                 records.snapshot(snapshot, state.position)

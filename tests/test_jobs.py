@@ -345,6 +345,38 @@ def test_a_run_compiles_only_when_the_compile_pays_within_it(tmp_path, monkeypat
     assert compiled_entries(100, "auto") == 0
 
 
+def test_snapshots_from_whole_blocks_equal_those_of_blocks_cut_at_them(tmp_path, monkeypatch):
+    """A projected run takes its snapshots from its blocks' full positions when they fit
+    BLOCK_ELEMENTS, else it ends its blocks at them; eager steps draw the same noise either
+    way, so both give the same records and snapshots, every ``snapshot_stride``-th step."""
+    from jobs import run
+    from jobs.spec import parse_spec
+
+    spec = {
+        "target": {"name": "mlp", "params": {"hidden_sizes": [4]}},  # d = 310: projected
+        "sampler": {"name": "sgld", "params": {"step_size": 1e-4, "batch_size": 16}},
+        "chains": 3,
+        "steps": 90,
+        "thin": 2,
+        "record": {"snapshots": 9},  # 45 records: a snapshot every 5th, every 10th step
+        "compile": "never",
+    }
+    runs = []
+    for home, elements in (("whole", run.BLOCK_ELEMENTS), ("cut", 100)):  # 100 < C x d
+        monkeypatch.setattr(run, "BLOCK_ELEMENTS", elements)
+        store = Store(tmp_path / home)
+        run_id = store.create(parse_spec(spec).model_dump(mode="json"))
+        run.execute(parse_spec(spec), store, run_id)
+        runs.append((store.read(run_id), store.read(run_id, series="snapshots")))
+    (whole, whole_snaps), (cut, cut_snaps) = runs
+    np.testing.assert_array_equal(whole_snaps["step"], np.arange(0, 90, 10))
+    np.testing.assert_array_equal(cut_snaps["step"], whole_snaps["step"])
+    np.testing.assert_array_equal(cut_snaps["position"], whole_snaps["position"])
+    assert whole.keys() == cut.keys() and whole["position"].shape == (45, 3, 8)
+    for name in whole:  # projected outside the scan or in the eager loop: the same product
+        np.testing.assert_allclose(whole[name], cut[name], rtol=1e-6, atol=1e-6)
+
+
 def test_momentum_kernels_record_their_scalars_per_step(tmp_path):
     summary, data = in_process(tmp_path, "sgnht", {"step_size": 0.01}, chains=8, steps=64)
     assert data["kinetic"].shape == data["thermostat"].shape == (64, 8)
