@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from samplers import diagnostics
+from samplers.base import trace
 from samplers.mcmc import MHKernel
 
 from .spec import Estimate, RunSpec, build, estimate
@@ -150,7 +151,7 @@ def execute(
                 while step is not None and step < done + n:
                     records.snapshot(step, info.position[step - done])
                     step = records.next_snapshot(step + 1)
-                info.position = info.position @ basis
+                info.position = trace(info.position, basis)
             records.keep(done, info)
             if snapshot == done + n - 1:
                 records.snapshot(snapshot, state.position)
