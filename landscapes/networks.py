@@ -2,7 +2,10 @@
 
 ``forward(params, x)`` maps named parameter tensors with a leading chain axis ([C, ...]) and
 shared inputs ``x: [B, in]`` to outputs ``[C, B, out]`` with explicit batched matmuls, so all
-C chains run in one call on any device.
+C chains run in one call on any device. Layers compute W h on activations laid out
+[C, width, B] (features first), so that autograd's weight gradient, dh h_prev^T, comes out as
+[C, out, in], the layout of W in the flat position: with h W^T it came out transposed and was
+copied element by element into place (the digits MLP, 8 chains: a step 80 -> 71 us compiled).
 
 Losses follow the local-sampling benchmark's L_n: regression uses the squared error SUMMED over
 outputs and AVERAGED over samples, with no 1/(2 sigma^2) factor (the LLC does not depend on that
@@ -117,10 +120,10 @@ class DeepLinear(Network):
         self.true_llc = dln_llc(self.widths, self.rank)
 
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        h = x
+        h = x.T  # features first (module doc)
         for weight in params.values():
-            h = torch.matmul(h, weight.transpose(-1, -2))
-        return h
+            h = torch.matmul(weight, h)
+        return h.transpose(-1, -2)
 
     def full_loss(self, w: Tensor, chunk: int = DATA_CHUNK) -> Tensor:
         """The loss is quadratic in the end-to-end map P = W_M ... W_1: with the data's second
@@ -381,12 +384,12 @@ class MLP(Network):
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         act = ACTIVATIONS[self.activation]
         tensors = list(params.values())
-        h = x
+        h = x.T  # features first (module doc)
         for l in range(0, len(tensors), 2):
-            h = torch.matmul(h, tensors[l].transpose(-1, -2)) + tensors[l + 1][:, None, :]
+            h = torch.matmul(tensors[l], h) + tensors[l + 1][:, :, None]
             if l + 2 < len(tensors):
                 h = act(h)
-        return h
+        return h.transpose(-1, -2)
 
     def plane_loss(
         self, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor, chunk: int
