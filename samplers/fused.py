@@ -11,6 +11,7 @@ row through a ``Replay`` in the same order.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -36,12 +37,14 @@ class Recorder:
         self.plan.append((kind, tuple(shape), dtype, high))
         return draw(self.generator, kind, shape, dtype, high)
 
-    def prepare(self, steps: int, into: list[Tensor] | None = None) -> list[Tensor]:
+    def prepare(
+        self, steps: int, into: list[Tensor] | None = None, threads: int | None = None
+    ) -> list[Tensor]:
         """``steps`` steps' worth of each draw the recorded step made, stacked on a new dim 0;
         filled into ``into`` (same shapes) when given: the same numbers, no new memory."""
         into = into or [None] * len(self.plan)
         return [
-            fill(self.generator, kind, (steps, *shape), dtype, high, out)
+            fill(self.generator, kind, (steps, *shape), dtype, high, out, threads)
             for (kind, shape, dtype, high), out in zip(self.plan, into, strict=True)
         ]
 
@@ -244,16 +247,44 @@ SCALAR_BELOW = 16
 # (batch 32) ~1.2x; at 4096 chains two threads make HMC 1.75x faster, and a 10-chain polynomial
 # on 1000 points (full batch, d = 2) ran 1.8x slower on one.
 THREADED_FROM = 4096
+# A network's step is also a few small matrix products per chain, chains x rows x parameters
+# multiply-adds, and below this many they gain little from a second thread while the step's
+# noise (~2.4 ns a normal, one per parameter and chain) is most of it: the digits MLP (batch 32)
+# ran 8 to 64 chains 1.05-1.25x faster on one thread with the next chunk's noise drawn on the
+# other core (``run_fused``) than on two; a 100K-class DLN (batch 500) is far above it.
+THREADED_MACS = 1 << 21
+
+
+def single_threaded(device: torch.device, chains: int, kernel: Kernel, target) -> bool:
+    """Whether a CPU chunk runs on one thread, leaving the other cores to draw the next
+    chunk's noise. A function of shapes only: the thread count can change a reduction's
+    rounding, so a spec takes the same path on every run."""
+    if device.type != "cpu":
+        return False
+    if target.n is None:  # a potential: loops over chains x parameters
+        return chains * target.dim < THREADED_FROM
+    rows = kernel.params["batch_size"] if kernel._uses_batches(target) else target.n
+    return chains * rows < THREADED_FROM and chains * rows * target.dim < THREADED_MACS
 
 
 def compile_options(device: torch.device, chains: int, kernel: Kernel, target) -> dict | None:
     options = dict(COMPILE_OPTIONS.get(device.type, {}))
     if device.type == "cpu" and target.dim < SCALAR_BELOW:
         options["cpp.simdlen"] = 1
-    rows = kernel.params["batch_size"] if kernel._uses_batches(target) else (target.n or 1)
-    if device.type == "cpu" and chains * max(target.dim, rows) < THREADED_FROM:
+    if single_threaded(device, chains, kernel, target):
         options["cpp.threads"] = 1
     return options or None
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch's intra-op threads (MKL's matrix products too) set to one for the block."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # Pre-drawn noise of one chunk is held at most this large: it bounds the chunk on large models.
@@ -269,6 +300,7 @@ class Compiled:
         self, kernel: Kernel, target, device: torch.device, chains: int, positions: bool = False
     ):
         self.target = weakref.ref(target)  # the cache lives on the kernel; ids are reused
+        self.single = single_threaded(device, chains, kernel, target)
         options = compile_options(device, chains, kernel, target)
         if device.type == "cuda":
             self.chunk = GraphedChunk(kernel, target, positions, options)
@@ -278,16 +310,17 @@ class Compiled:
         self.device = device
         self.plan: list[tuple] | None = None
         self._active: dict[tuple[int, int], Tensor] = {}
-        self._noise: list[Tensor] | None = None
+        self._noise: list[list[Tensor] | None] = [None, None]
 
-    def noise(self, recorder: Recorder, chunk: int) -> list[Tensor]:
-        """A chunk's draws, filled into the buffers of the previous chunk when the length is the
-        same: a fresh buffer of tens of MB is fresh pages, and first-touching them cost more
-        than the draws (a 100K-class DLN: ~0.8 ms a step on this 2-core VM). The compiled call
-        has returned before the next fill, so no chunk reads a buffer being overwritten."""
-        same = self._noise is not None and self._noise[0].shape[0] == chunk
-        self._noise = recorder.prepare(chunk, self._noise if same else None)
-        return self._noise
+    def noise(self, recorder: Recorder, chunk: int, slot: int = 0, threads=None) -> list[Tensor]:
+        """A chunk's draws, filled into the buffers ``slot`` held for an earlier chunk of the
+        same length: a fresh buffer of tens of MB is fresh pages, and first-touching them cost
+        more than the draws (a 100K-class DLN: ~0.8 ms a step on this 2-core VM). Two slots:
+        one chunk runs on the draws in one while the next chunk's are drawn into the other."""
+        held = self._noise[slot]
+        same = held is not None and held[0].shape[0] == chunk
+        self._noise[slot] = recorder.prepare(chunk, held if same else None, threads)
+        return self._noise[slot]
 
     def length(self) -> int:
         """The default chunk: MAX_CHUNK steps, fewer where their noise would pass NOISE_BYTES."""
@@ -312,6 +345,16 @@ def compiled_entry(kernel: Kernel, target, state: State, positions: bool = False
         chains = state.position.shape[0]
         entry = cache[key] = Compiled(kernel, target, device, chains, positions)
     return entry
+
+
+PREFETCH = True
+_ahead: ThreadPoolExecutor | None = None
+
+
+def _prefetcher() -> ThreadPoolExecutor:
+    global _ahead
+    _ahead = _ahead or ThreadPoolExecutor(1, thread_name_prefix="noise-ahead")
+    return _ahead
 
 
 def run_fused(
@@ -348,19 +391,33 @@ def run_fused(
     # A short run takes the smallest power of two that covers it: padding wastes < 2x, and
     # only a handful of lengths are ever compiled.
     chunk = chunk or min(entry.length(), 1 << max(0, steps - 1).bit_length())
-    for start in range(0, steps, chunk):
+    # A single-threaded chunk leaves a core idle: the next chunk's noise is drawn there
+    # meanwhile, into the other slot. The generator gives the same numbers in the same order
+    # (the chunk draws nothing), so the run is the one drawn chunk by chunk.
+    ahead = PREFETCH and entry.single
+    noise = entry.noise(recorder, chunk)
+    for i, start in enumerate(range(0, steps, chunk)):
         n = min(chunk, steps - start)
-        noise = entry.noise(recorder, chunk)
-        position, diverged, aux, info = entry.chunk(
-            state.position,
-            state.center,
-            state.diverged,
-            state.aux,
-            noise,
-            entry.active(chunk, n),
-            basis,
-            state.center_losses,
-        )
+        slot, last = (i + 1) % 2 if ahead else 0, start + chunk >= steps
+        pending = None
+        if ahead and not last:
+            pending = _prefetcher().submit(entry.noise, recorder, chunk, slot, 1)
+        try:
+            with one_thread() if entry.single else contextlib.nullcontext():
+                position, diverged, aux, info = entry.chunk(
+                    state.position,
+                    state.center,
+                    state.diverged,
+                    state.aux,
+                    noise,
+                    entry.active(chunk, n),
+                    basis,
+                    state.center_losses,
+                )
+        finally:  # never leave a draw running into buffers after a failed chunk
+            drawn = pending.result() if pending else None
+        if not last:
+            noise = drawn or entry.noise(recorder, chunk, slot)
         state = replace(state, position=position, diverged=diverged, aux=aux, step=state.step + n)
         traced = None if info.position is None else info.position[:n]
         scalars = {k: v[:n] for k, v in info.scalars.items()}

@@ -24,11 +24,13 @@ CASES = [
     ("banana", "baoab", {"step_size": 0.05}),
     # minibatch indices replayed, and an autograd gradient traced through torch.func
     ("tanh", "sgld", {"step_size": 1e-4, "batch_size": 10}),
+    # full batch: the data a constant of the graph, laid out features first by the network
+    ("mlp", "sgld", {"step_size": 1e-5}),
 ]
 
 
 def build(target_name: str, dtype: str = "float64") -> landscapes.Target:
-    params = {"hidden": 2, "n": 100} if target_name == "tanh" else {}
+    params = {"tanh": {"hidden": 2, "n": 100}, "mlp": {"hidden_sizes": (4,)}}.get(target_name, {})
     return landscapes.make(target_name, device=DEVICE, dtype=dtype, **params)
 
 
@@ -203,3 +205,42 @@ def test_a_paired_compiled_chunk_reports_w0s_loss_on_each_steps_batch():
     for i in range(4):  # w0's loss on step i's batch, evaluated directly
         want = target.loss(state.center[:1], target.batch(index[i]))
         torch.testing.assert_close(got[i], want.expand(4), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_noise_drawn_ahead_on_another_thread_gives_the_run_drawn_chunk_by_chunk(monkeypatch):
+    target = landscapes.make("banana", device=DEVICE, dtype="float32")
+    kernel = samplers.make("mala", step_size=0.05)
+    submitted = []
+    real = fusedmod._prefetcher
+
+    def counting():
+        pool = real()
+        submit = pool.submit
+
+        class Spy:
+            def submit(self, *args):
+                submitted.append(args[3])  # the slot drawn into
+                return submit(*args)
+
+        return Spy()
+
+    monkeypatch.setattr(fusedmod, "_prefetcher", counting)
+
+    def run(prefetch: bool):
+        monkeypatch.setattr(fusedmod, "PREFETCH", prefetch)
+        g = torch.Generator(DEVICE).manual_seed(4)
+        state = kernel.init(target.exact_sample(g, 16), target, g)
+        state, info = kernel.run(state, target, g, 1 + 4 * 8 + 3, fused=True, chunk=8)
+        return state, info, torch.rand(3, generator=g, device=DEVICE)
+
+    threads = torch.get_num_threads()
+    (s0, i0, after0), (s1, i1, after1) = run(False), run(True)
+    assert torch.get_num_threads() == threads  # one thread for the chunks only
+    entry = compiled_entry(kernel, target, s1)
+    assert entry.single == (DEVICE == "cpu")  # 16 chains x 2: one thread on a CPU
+    # on a CPU each chunk but the last had the next one's noise drawn ahead, slots alternating
+    assert submitted == ([1, 0, 1, 0] if DEVICE == "cpu" else [])
+    assert torch.equal(s0.position, s1.position) and torch.equal(i0.loss, i1.loss)
+    assert torch.equal(i0.accepted, i1.accepted)
+    assert torch.equal(after0, after1)  # the generator left where drawing in turn leaves it
