@@ -22,6 +22,7 @@ import torch
 from jobs.run import FLUSH_BYTES, block_steps, execute, projection
 from jobs.spec import build, estimate, parse_spec
 from jobs.store import Store
+from samplers.fused import Ahead
 
 CASES = {
     "banana-sgld": {
@@ -47,7 +48,9 @@ def bare(spec) -> float:
     of them are, as the jobs loop holds its records between flushes, then dropped instead of
     written. What jobs adds is then what issue 4 counts: thinning, flushing and storing the
     records. (Dropping each block's Info at once made this side bimodal at thin 1, 0.84 or
-    1.03 s a run from one run to the next: its 3 MB blocks were freed and faulted in anew.)"""
+    1.03 s a run from one run to the next: its 3 MB blocks were freed and faulted in anew.)
+    Its calls share an ``Ahead`` as the jobs loop's do: a block's noise is drawn during the
+    previous block where the chunk runs on one thread."""
     target, kernel, device = build(spec)
     g = torch.Generator(device=device).manual_seed(spec.seed)
     state = kernel.init(target.initial(g, spec.chains), target, g)
@@ -57,16 +60,18 @@ def bare(spec) -> float:
         record = projection(spec, est.dim, device, state.position.dtype)
     block = block_steps(spec, target.dim)
     held, held_bytes = [], 0
+    ahead = Ahead()
     start = time.perf_counter()
     for done in range(0, spec.steps, block):
         n = min(block, spec.steps - done)
-        state, info = kernel.run(state, target, g, n, fused=kernel.fusable, positions=record)
+        state, info = kernel.run(state, target, g, n, kernel.fusable, positions=record, ahead=ahead)
         held.append(info)
         held_bytes += sum(
             t.nbytes for t in (info.loss, info.diverged, info.position) if t is not None
         )
         if held_bytes >= FLUSH_BYTES:
             held, held_bytes = [], 0
+    ahead.close()  # as the jobs loop does, waiting for the last draw ahead
     info.loss.sum().item()  # the device's work is done
     return time.perf_counter() - start
 

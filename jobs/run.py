@@ -9,6 +9,7 @@ run. Block lengths depend on the spec alone, never on timing: a seed and a devic
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -119,19 +120,27 @@ def execute(
     block, done, stopped = block_steps(spec, est.dim), 0, False
     record = basis if basis is not None else est.positions == "all"  # projected in the scan
     chunk = None
+    fused = compiled(spec, kernel, state, target)
+    from samplers.fused import Ahead, single_threaded  # torch's compiler, as in ``compiled``
+
+    ahead = Ahead()  # a block's noise is drawn while the one before is recorded
     # Snapshots come from a block's full positions, handed out by the scan, when they fit
     # BLOCK_ELEMENTS (block_steps sizes blocks to, unless one step alone passes it): blocks then
     # keep their length. Cut at the 8-chain digits MLP's snapshots, every 25 steps, its blocks'
-    # extra compiled calls and draws cost 15% of the run (bench/RESULTS.md, 2026-11-24).
-    inline = bool(records.snapshot_stride) and block * spec.chains * est.dim <= BLOCK_ELEMENTS
+    # extra compiled calls and draws cost 15% of the run (bench/RESULTS.md, 2026-11-24). Where a
+    # projecting chunk runs on one thread, though, each block's draws overlap the block before
+    # (``ahead``) and cut blocks cost nothing, while full positions cost their writing and
+    # projection: that MLP's 5,000 steps took 0.32 s cut, 0.38 s with full positions.
+    one = fused and single_threaded(state.position.device, spec.chains, kernel, target)
+    fits = block * spec.chains * est.dim <= BLOCK_ELEMENTS
+    inline = bool(records.snapshot_stride) and fits and not (basis is not None and one)
     if inline:
         record = True
     elif records.snapshot_stride:  # blocks end at snapshots: one compiled length serves them all
         pieces = math.ceil(records.snapshot_stride / block)  # blocks between two snapshots
         block = chunk = math.ceil(records.snapshot_stride / pieces)
-    fused = compiled(spec, kernel, state, target)
     last_flush = last_report = sampling = time.perf_counter()
-    with records:  # its writes have landed past this block, or their error is raised
+    with records, contextlib.closing(ahead):  # writes landed past this block, or raised
         while done < spec.steps:
             if should_stop():
                 stopped = True
@@ -144,7 +153,7 @@ def execute(
             if snapshot is not None:  # the block ends there: the snapshot is its final state
                 n = min(n, snapshot + 1 - done)
             state, info = kernel.run(
-                state, target, generator, n, fused=fused, chunk=chunk, positions=record
+                state, target, generator, n, fused, chunk, positions=record, ahead=ahead
             )
             if inline:  # the block's snapshots, then its positions projected as in the scan
                 step = records.next_snapshot(done)

@@ -121,6 +121,7 @@ class Kernel(ABC):
         fused: bool = False,
         chunk: int | None = None,
         positions: bool | Tensor = False,
+        ahead=None,
     ) -> tuple[State, Info]:
         """``steps`` steps; returns the final state and every step's Info stacked as [T, C],
         with every step's position in ``info.position`` when ``positions`` is True ([T, C, d])
@@ -132,14 +133,17 @@ class Kernel(ABC):
         compiles (seconds, cached on disk); later calls reuse it. ``chunk`` defaults to 256
         steps, fewer where their noise would take more than 32 MiB. Fused runs draw the same
         noise law in another order, so they are reproducible from the seed but not
-        bit-identical to eager runs.
+        bit-identical to eager runs. ``ahead`` (a ``samplers.fused.Ahead``), handed to each of
+        a run's calls, draws the next call's noise while the caller handles this one's steps.
         """
         infos: list[Info] = []
         if fused and self.fusable:
             from .fused import run_fused
 
-            state, infos = run_fused(self, state, target, generator, steps, chunk, positions)
+            state, infos = run_fused(self, state, target, generator, steps, chunk, positions, ahead)
             steps = 0
+        elif ahead is not None:  # eager steps draw now
+            ahead.close()
         for _ in range(steps):
             state, info = self.step(state, target, generator)
             info.position = trace(state.position, positions)

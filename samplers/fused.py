@@ -357,6 +357,41 @@ def _prefetcher() -> ThreadPoolExecutor:
     return _ahead
 
 
+class Ahead:
+    """The next call's noise, drawn while its caller handles this call's steps.
+
+    A caller that runs a run in blocks of one chunk or so (jobs.run) passes the same Ahead to
+    each ``kernel.run`` call: the last chunk of a call then has the next call's first chunk of
+    noise drawn on another core, as chunks within a call do. When the next call needs other
+    draws (another chunk length or shape, an eager first step), the generator is set back to
+    the state it had before the draw ahead, so the numbers are those of calls without it.
+    Nothing else may draw from the generator while a draw is pending; ``close`` waits for it
+    and sets the generator back."""
+
+    def __init__(self):
+        self.pending: tuple | None = None
+
+    def start(self, entry: Compiled, recorder: Recorder, chunk: int, slot: int) -> None:
+        saved = recorder.generator.get_state()
+        future = _prefetcher().submit(entry.noise, recorder, chunk, slot, 1)
+        self.pending = (entry, chunk, slot, recorder.generator, saved, future)
+
+    def take(self, entry: Compiled, chunk: int, generator) -> tuple[list[Tensor], int] | None:
+        """The noise drawn ahead and its slot, if it is the draw this call would make now."""
+        if self.pending is None:
+            return None
+        mine, length, slot, drawn_from, saved, future = self.pending
+        self.pending = None
+        noise = future.result()
+        if mine is entry and length == chunk and drawn_from is generator:
+            return noise, slot
+        drawn_from.set_state(saved)
+        return None
+
+    def close(self) -> None:
+        self.take(None, 0, None)
+
+
 def run_fused(
     kernel: Kernel,
     state: State,
@@ -365,6 +400,7 @@ def run_fused(
     steps: int,
     chunk: int | None = None,
     positions: bool | Tensor = False,
+    ahead: Ahead | None = None,
 ) -> tuple[State, list[Info]]:
     """``steps`` steps in compiled chunks of ``chunk`` steps; the last one padded with no-ops.
 
@@ -378,6 +414,8 @@ def run_fused(
     entry = compiled_entry(kernel, target, state, basis is not None or bool(positions))
     infos = []
     if state.step == 0:
+        if ahead is not None:  # the eager step draws first
+            ahead.close()
         state, info = kernel.step(state, target, generator)
         info.position = trace(state.position, positions)
         infos.append(info)
@@ -394,14 +432,17 @@ def run_fused(
     # A single-threaded chunk leaves a core idle: the next chunk's noise is drawn there
     # meanwhile, into the other slot. The generator gives the same numbers in the same order
     # (the chunk draws nothing), so the run is the one drawn chunk by chunk.
-    ahead = PREFETCH and entry.single
-    noise = entry.noise(recorder, chunk)
-    for i, start in enumerate(range(0, steps, chunk)):
+    prefetch = PREFETCH and entry.single
+    taken = ahead.take(entry, chunk, generator) if ahead is not None else None
+    noise, slot = taken or (entry.noise(recorder, chunk), 0)
+    for start in range(0, steps, chunk):
         n = min(chunk, steps - start)
-        slot, last = (i + 1) % 2 if ahead else 0, start + chunk >= steps
+        last, following = start + chunk >= steps, 1 - slot if prefetch else 0
         pending = None
-        if ahead and not last:
-            pending = _prefetcher().submit(entry.noise, recorder, chunk, slot, 1)
+        if prefetch and not last:
+            pending = _prefetcher().submit(entry.noise, recorder, chunk, following, 1)
+        elif prefetch and ahead is not None:  # the next call's first chunk, as it would draw
+            ahead.start(entry, recorder, chunk, following)
         try:
             with one_thread() if entry.single else contextlib.nullcontext():
                 position, diverged, aux, info = entry.chunk(
@@ -417,7 +458,7 @@ def run_fused(
         finally:  # never leave a draw running into buffers after a failed chunk
             drawn = pending.result() if pending else None
         if not last:
-            noise = drawn or entry.noise(recorder, chunk, slot)
+            noise, slot = drawn or entry.noise(recorder, chunk, following), following
         state = replace(state, position=position, diverged=diverged, aux=aux, step=state.step + n)
         traced = None if info.position is None else info.position[:n]
         scalars = {k: v[:n] for k, v in info.scalars.items()}

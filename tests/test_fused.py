@@ -244,3 +244,29 @@ def test_noise_drawn_ahead_on_another_thread_gives_the_run_drawn_chunk_by_chunk(
     assert torch.equal(s0.position, s1.position) and torch.equal(i0.loss, i1.loss)
     assert torch.equal(i0.accepted, i1.accepted)
     assert torch.equal(after0, after1)  # the generator left where drawing in turn leaves it
+
+
+@pytest.mark.slow
+def test_noise_drawn_ahead_across_calls_gives_the_calls_drawn_in_turn():
+    target = landscapes.make("banana", device=DEVICE, dtype="float32")
+    kernel = samplers.make("sgld", step_size=0.01)
+    blocks = [1, 16, 16, 7, 16, 16]  # 16 -> 16 takes the draw ahead; 16 -> 7 -> 16 set it back
+
+    def run(ahead):
+        g = torch.Generator(DEVICE).manual_seed(9)
+        state = kernel.init(target.exact_sample(g, 8), target, g)
+        losses, kept = [], []
+        for n in blocks:
+            state, info = kernel.run(state, target, g, n, True, ahead=ahead)
+            losses.append(info.loss)
+            kept.append(ahead is not None and ahead.pending is not None)
+        if ahead is not None:
+            ahead.close()
+        return state.position, torch.cat(losses), kept, torch.rand(3, generator=g, device=DEVICE)
+
+    p0, l0, _, after0 = run(None)
+    p1, l1, kept, after1 = run(fusedmod.Ahead())
+    assert torch.equal(p0, p1) and torch.equal(l0, l1)
+    assert torch.equal(after0, after1)  # closed: the generator set back before the last draw
+    # on a CPU (8 chains x 2: one thread) every fused call leaves a draw ahead
+    assert kept == ([False, True, True, True, True, True] if DEVICE == "cpu" else [False] * 6)
