@@ -420,6 +420,8 @@ def run_fused(
         info.position = trace(state.position, positions)
         infos.append(info)
         steps -= 1
+        if steps == 0:  # no chunk to draw for
+            return state, infos
     if entry.plan is None:
         dry = Recorder(torch.Generator(device=state.position.device).manual_seed(0))
         kernel.step(state, target, dry)

@@ -270,3 +270,18 @@ def test_noise_drawn_ahead_across_calls_gives_the_calls_drawn_in_turn():
     assert torch.equal(after0, after1)  # closed: the generator set back before the last draw
     # on a CPU (8 chains x 2: one thread) every fused call leaves a draw ahead
     assert kept == ([False, True, True, True, True, True] if DEVICE == "cpu" else [False] * 6)
+
+
+@pytest.mark.slow
+def test_a_first_call_of_one_eager_step_draws_nothing_more():
+    target = landscapes.make("banana", device=DEVICE, dtype="float32")
+    kernel = samplers.make("sgld", step_size=0.01)
+
+    def run(blocks):
+        g = torch.Generator(DEVICE).manual_seed(2)
+        state = kernel.init(target.exact_sample(g, 8), target, g)
+        for n in blocks:  # jobs' first block is the one eager step
+            state, _ = kernel.run(state, target, g, n, True, chunk=16)
+        return state.position
+
+    assert torch.equal(run([1, 16]), run([17]))
