@@ -278,7 +278,9 @@ def compile_options(device: torch.device, chains: int, kernel: Kernel, target) -
 
 @contextlib.contextmanager
 def one_thread():
-    """torch's intra-op threads (MKL's matrix products too) set to one for the block."""
+    """torch's intra-op threads (MKL's matrix products too) set to one for the block. The count
+    is the calling thread's own (OpenMP's and MKL's are per thread), so runs in other threads
+    keep theirs."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -285,3 +285,27 @@ def test_a_first_call_of_one_eager_step_draws_nothing_more():
         return state.position
 
     assert torch.equal(run([1, 16]), run([17]))
+
+
+def test_one_thread_blocks_overlapping_in_two_threads_leave_each_its_own_count():
+    import threading
+
+    before = torch.get_num_threads()
+    entered, leave, seen = threading.Event(), threading.Event(), []
+
+    def other():
+        with fusedmod.one_thread():
+            seen.append(torch.get_num_threads())
+            entered.set()
+            leave.wait(10)
+        seen.append(torch.get_num_threads())
+
+    t = threading.Thread(target=other)
+    t.start()
+    entered.wait(10)
+    assert torch.get_num_threads() == before  # the other thread's block is its own
+    with fusedmod.one_thread():  # entered second, left first
+        assert torch.get_num_threads() == 1
+    leave.set()
+    t.join(10)
+    assert torch.get_num_threads() == before and seen[0] == 1
