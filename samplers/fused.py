@@ -60,9 +60,15 @@ PARTS = 8
 _pool: ThreadPoolExecutor | None = None
 
 
+def _workers() -> ThreadPoolExecutor:
+    """The threads that draw noise: a large draw's parts, and the next chunk's draw ahead."""
+    global _pool
+    _pool = _pool or ThreadPoolExecutor(PARTS - 1, thread_name_prefix="draws")
+    return _pool
+
+
 def fill(generator, kind: str, shape, dtype: torch.dtype, high=None, out=None, threads=None):
     """``draw`` of ``shape`` (steps first), in parallel parts when it is large and on the CPU."""
-    global _pool
     if generator.device.type != "cpu" or shape[0] < PARTS or math.prod(shape) < PARALLEL_DRAW:
         return draw(generator, kind, shape, dtype, high, out=out)
     out = torch.empty(shape, dtype=dtype) if out is None else out
@@ -75,8 +81,7 @@ def fill(generator, kind: str, shape, dtype: torch.dtype, high=None, out=None, t
 
     threads = max(1, min(threads or torch.get_num_threads(), PARTS))
     shares = [parts[i::threads] for i in range(threads)]
-    _pool = _pool or ThreadPoolExecutor(PARTS - 1, thread_name_prefix="draws")
-    pending = [_pool.submit(draw_parts, share) for share in shares[1:]]
+    pending = [_workers().submit(draw_parts, share) for share in shares[1:]]
     draw_parts(shares[0])
     for job in pending:
         job.result()
@@ -267,11 +272,11 @@ def single_threaded(device: torch.device, chains: int, kernel: Kernel, target) -
     return chains * rows < THREADED_FROM and chains * rows * target.dim < THREADED_MACS
 
 
-def compile_options(device: torch.device, chains: int, kernel: Kernel, target) -> dict | None:
+def compile_options(device: torch.device, target, single: bool) -> dict | None:
     options = dict(COMPILE_OPTIONS.get(device.type, {}))
     if device.type == "cpu" and target.dim < SCALAR_BELOW:
         options["cpp.simdlen"] = 1
-    if single_threaded(device, chains, kernel, target):
+    if single:
         options["cpp.threads"] = 1
     return options or None
 
@@ -303,7 +308,7 @@ class Compiled:
     ):
         self.target = weakref.ref(target)  # the cache lives on the kernel; ids are reused
         self.single = single_threaded(device, chains, kernel, target)
-        options = compile_options(device, chains, kernel, target)
+        options = compile_options(device, target, self.single)
         if device.type == "cuda":
             self.chunk = GraphedChunk(kernel, target, positions, options)
         else:
@@ -350,13 +355,6 @@ def compiled_entry(kernel: Kernel, target, state: State, positions: bool = False
 
 
 PREFETCH = True
-_ahead: ThreadPoolExecutor | None = None
-
-
-def _prefetcher() -> ThreadPoolExecutor:
-    global _ahead
-    _ahead = _ahead or ThreadPoolExecutor(1, thread_name_prefix="noise-ahead")
-    return _ahead
 
 
 class Ahead:
@@ -375,7 +373,7 @@ class Ahead:
 
     def start(self, entry: Compiled, recorder: Recorder, chunk: int, slot: int) -> None:
         saved = recorder.generator.get_state()
-        future = _prefetcher().submit(entry.noise, recorder, chunk, slot, 1)
+        future = _workers().submit(entry.noise, recorder, chunk, slot, 1)
         self.pending = (entry, chunk, slot, recorder.generator, saved, future)
 
     def take(self, entry: Compiled, chunk: int, generator) -> tuple[list[Tensor], int] | None:
@@ -444,7 +442,7 @@ def run_fused(
         last, following = start + chunk >= steps, 1 - slot if prefetch else 0
         pending = None
         if prefetch and not last:
-            pending = _prefetcher().submit(entry.noise, recorder, chunk, following, 1)
+            pending = _workers().submit(entry.noise, recorder, chunk, following, 1)
         elif prefetch and ahead is not None:  # the next call's first chunk, as it would draw
             ahead.start(entry, recorder, chunk, following)
         try:

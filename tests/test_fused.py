@@ -211,21 +211,14 @@ def test_a_paired_compiled_chunk_reports_w0s_loss_on_each_steps_batch():
 def test_noise_drawn_ahead_on_another_thread_gives_the_run_drawn_chunk_by_chunk(monkeypatch):
     target = landscapes.make("banana", device=DEVICE, dtype="float32")
     kernel = samplers.make("mala", step_size=0.05)
-    submitted = []
-    real = fusedmod._prefetcher
+    calls = []  # (slot, threads) of each chunk's draw
+    real = fusedmod.Compiled.noise
 
-    def counting():
-        pool = real()
-        submit = pool.submit
+    def noting(self, recorder, chunk, slot=0, threads=None):
+        calls.append((slot, threads))
+        return real(self, recorder, chunk, slot, threads)
 
-        class Spy:
-            def submit(self, *args):
-                submitted.append(args[3])  # the slot drawn into
-                return submit(*args)
-
-        return Spy()
-
-    monkeypatch.setattr(fusedmod, "_prefetcher", counting)
+    monkeypatch.setattr(fusedmod.Compiled, "noise", noting)
 
     def run(prefetch: bool):
         monkeypatch.setattr(fusedmod, "PREFETCH", prefetch)
@@ -235,12 +228,16 @@ def test_noise_drawn_ahead_on_another_thread_gives_the_run_drawn_chunk_by_chunk(
         return state, info, torch.rand(3, generator=g, device=DEVICE)
 
     threads = torch.get_num_threads()
-    (s0, i0, after0), (s1, i1, after1) = run(False), run(True)
+    s0, i0, after0 = run(False)
+    assert calls == [(0, None)] * 5  # 35 steps: 5 chunks of 8, each drawn in turn
+    calls.clear()
+    s1, i1, after1 = run(True)
     assert torch.get_num_threads() == threads  # one thread for the chunks only
     entry = compiled_entry(kernel, target, s1)
     assert entry.single == (DEVICE == "cpu")  # 16 chains x 2: one thread on a CPU
-    # on a CPU each chunk but the last had the next one's noise drawn ahead, slots alternating
-    assert submitted == ([1, 0, 1, 0] if DEVICE == "cpu" else [])
+    # on a CPU each chunk after the first was drawn ahead on one thread, slots alternating
+    ahead = [(0, None), (1, 1), (0, 1), (1, 1), (0, 1)]
+    assert calls == (ahead if DEVICE == "cpu" else [(0, None)] * 5)
     assert torch.equal(s0.position, s1.position) and torch.equal(i0.loss, i1.loss)
     assert torch.equal(i0.accepted, i1.accepted)
     assert torch.equal(after0, after1)  # the generator left where drawing in turn leaves it
