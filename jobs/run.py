@@ -133,7 +133,7 @@ def execute(
     # projection: that MLP's 5,000 steps took 0.32 s cut, 0.38 s with full positions.
     one = fused and single_threaded(state.position.device, spec.chains, kernel, target)
     fits = block * spec.chains * est.dim <= BLOCK_ELEMENTS
-    inline = bool(records.snapshot_stride) and fits and not (basis is not None and one)
+    inline = bool(records.snapshot_stride) and fits and not one  # snapshots: projected runs
     if inline:
         record = True
     elif records.snapshot_stride:  # blocks end at snapshots: one compiled length serves them all

@@ -354,6 +354,7 @@ def compiled_entry(kernel: Kernel, target, state: State, positions: bool = False
     return entry
 
 
+# False: each chunk draws its noise in turn, as before the draw ahead (tests compare the two).
 PREFETCH = True
 
 
