@@ -47,7 +47,7 @@ def small_rrr(at):
     """rrr on 1000 points from its true point (no training), 2 chains x 200 steps."""
     at.selectbox(key="net.target_name").set_value("rrr").run()
     at.number_input(key="net.target.rrr.n").set_value(1000)
-    at.selectbox(key="net.llc.w0").set_value("truth")
+    at.selectbox(key="net.llc.rrr.w0").set_value("truth")
     at.number_input(key="net.chains").set_value(2)
     at.number_input(key="net.steps").set_value(200)
     at.number_input(key="net.burn_in").set_value(100)
@@ -60,17 +60,18 @@ def test_pages_render_with_widgets_from_the_registries(home):
     assert at.selectbox(key="net.target_name").options == NETWORKS
     assert at.selectbox(key="net.sampler_name").options == GRADIENT
     w0_choices = list(get_args(LLCOptions.model_fields["w0"].annotation))
-    assert at.selectbox(key="net.llc.w0").options == w0_choices
+    assert at.selectbox(key="net.llc.dln.w0").options == w0_choices
     at.selectbox(key="net.target_name").set_value("rrr").run()
+    assert float(at.text_input(key="net.sampler.rrr.sgld.step_size").value) == 1e-4
     at.selectbox(key="net.sampler_name").set_value("sghmc").run()
     assert not errors(at)
     keys = {w.key for w in [*at.text_input, *at.number_input, *at.selectbox, *at.checkbox]}
     for p in landscapes.REGISTRY["rrr"].params:
         assert f"net.target.rrr.{p.name}" in keys
     for p in samplers.REGISTRY["sghmc"].params:
-        assert f"net.sampler.sghmc.{p.name}" in keys
+        assert f"net.sampler.rrr.sghmc.{p.name}" in keys
     for field in LLCOptions.model_fields:
-        assert f"net.llc.{field}" in keys
+        assert f"net.llc.rrr.{field}" in keys
     assert "d = 27 parameters" in " ".join(c.value for c in at.caption)  # 5x3 + 3x4
 
     at = page("dln_benchmark")
@@ -79,6 +80,25 @@ def test_pages_render_with_widgets_from_the_registries(home):
         landscapes.REGISTRY["dln"].param("size_class").choices
     )
     assert at.multiselect(key="dln.samplers").options == GRADIENT
+
+
+def test_the_dln_default_run_does_not_diverge(home):
+    """The page opens on the DLN. With the networks' generic step size (1e-5) every chain of
+    its default run diverged; its own default (1e-7 from its generating point, reference 000's
+    stable range) keeps them all. Shortened to 2 chains x 200 steps."""
+    at = page("networks")
+    assert at.selectbox(key="net.target_name").value == "dln"
+    assert at.selectbox(key="net.llc.dln.w0").value == "truth"
+    assert float(at.text_input(key="net.sampler.dln.sgld.step_size").value) == 1e-7
+    at.number_input(key="net.chains").set_value(2)
+    at.number_input(key="net.steps").set_value(200)
+    at.number_input(key="net.burn_in").set_value(100)
+    at.run().button(key="net.run").click().run()
+    assert not errors(at)
+    (run,) = wait_for_runs(home, 1)
+    assert run.status == "completed", run.error
+    assert run.summary["diverged_chains"] == 0
+    assert np.all(np.isfinite(run.summary["observables"]["llc"]["per_chain"]))
 
 
 def test_llc_run_shows_the_stores_estimate(home):
@@ -110,13 +130,13 @@ def test_llc_run_shows_the_stores_estimate(home):
 
 def test_bad_values_show_inline_errors_and_queue_nothing(home):
     at = small_rrr(page("networks"))
-    at.text_input(key="net.sampler.sgld.step_size").set_value("-1").run()
+    at.text_input(key="net.sampler.rrr.sgld.step_size").set_value("-1").run()
     assert any("step_size" in e for e in errors(at))
     at.button(key="net.run").click().run()
     assert any("nothing was queued" in e for e in errors(at))
     assert not at.exception
 
-    at.text_input(key="net.sampler.sgld.step_size").set_value("1e-5")
+    at.text_input(key="net.sampler.rrr.sgld.step_size").set_value("1e-5")
     at.number_input(key="net.burn_in").set_value(200).run()  # burn-in must stay below steps
     at.button(key="net.run").click().run()
     assert any("burn_in" in e for e in errors(at))
