@@ -39,7 +39,7 @@ SAMPLER_DEFAULTS = {"step_size": 1e-5, "localization": 1.0}
 # and still need the calibration grid.
 STEP_SIZES = {"dln": 1e-7, "rrr": 1e-4, "polynomial": 1e-3, "tanh": 1e-3}
 # The DLN starts at its generating point, as the DLN benchmark's runs do: Adam's w0 on 100,000
-# points stops above the minimum the chains then find, and lambda-hat comes out near -9.
+# points stops above the minimum the chains then find: lambda-hat came out at -6 to -11.
 W0_DEFAULTS = {"dln": "truth"}
 MAX_STEP_SIZES, MAX_NBETAS = 8, 6
 
@@ -379,7 +379,8 @@ with calibrate_tab:
     )
     c1, c2 = st.columns(2)
     with c1:
-        step_text = st.text_input("step sizes ε", "1e-6, 1e-5, 1e-4", key="cal.step_sizes")
+        grid = f"{step_size / 10:g}, {step_size:g}, {step_size * 10:g}"  # around the default
+        step_text = st.text_input("step sizes ε", grid, key=f"cal.step_sizes.{target_name}")
     with c2:
         nbeta_text = st.text_input("nβ values (empty: n / log n)", "", key="cal.nbetas")
     step_grid = parse_grid(step_text, sampler_spec.param("step_size"), "step_sizes", MAX_STEP_SIZES)

@@ -90,6 +90,7 @@ def test_the_dln_default_run_does_not_diverge(home):
     assert at.selectbox(key="net.target_name").value == "dln"
     assert at.selectbox(key="net.llc.dln.w0").value == "truth"
     assert float(at.text_input(key="net.sampler.dln.sgld.step_size").value) == 1e-7
+    assert at.text_input(key="cal.step_sizes.dln").value == "1e-08, 1e-07, 1e-06"
     at.number_input(key="net.chains").set_value(2)
     at.number_input(key="net.steps").set_value(200)
     at.number_input(key="net.burn_in").set_value(100)
@@ -140,14 +141,14 @@ def test_bad_values_show_inline_errors_and_queue_nothing(home):
     at.number_input(key="net.burn_in").set_value(200).run()  # burn-in must stay below steps
     at.button(key="net.run").click().run()
     assert any("burn_in" in e for e in errors(at))
-    at.text_input(key="cal.step_sizes").set_value("1e-5, abc").run()
+    at.text_input(key="cal.step_sizes.rrr").set_value("1e-5, abc").run()
     assert any("step_sizes" in e for e in errors(at))
     assert Store(home).list() == [] and Store(home).list_sweeps() == []
 
 
 def test_calibration_sweep_is_queued_with_its_grid(home):
     at = small_rrr(page("networks"))
-    at.text_input(key="cal.step_sizes").set_value("1e-6, 1e-5")
+    at.text_input(key="cal.step_sizes.rrr").set_value("1e-6, 1e-5")
     at.button(key="cal.run").click().run()
     assert not errors(at)
     store = Store(home)
