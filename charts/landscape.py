@@ -17,6 +17,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from charts.style import LEGEND  # below the plot: on the right it would cover the colour bar
+
 SCALES = {"loss": "loss L", "log": "ln L", "lnabs": "ln |L − L0|"}
 
 # The floor for ln|L - L0| when no other value is finite: ln of float64's machine epsilon, the
@@ -27,8 +29,6 @@ LN_EPS = float(np.log(np.finfo(np.float64).eps))
 PALETTE = tuple(c for c in qualitative.Plotly if c != "#EF553B")
 COLORSCALE = "Viridis"
 INNER_COLOR = "red"
-# Below the plot: on the right the chain names would cover the colour bar.
-LEGEND = {"orientation": "h", "yanchor": "top", "y": -0.08, "xanchor": "left", "x": 0}
 
 
 def scaled(loss, scale: str = "loss", lowest: float | None = None) -> np.ndarray:
@@ -175,7 +175,7 @@ def contour_figure(
     label0, label1 = _labels(s)
     fig.update_layout(
         title=title,
-        legend={**LEGEND, "y": -0.15},  # below the x axis title
+        legend=LEGEND,
         xaxis={"title": {"text": label0}, "range": _extent(c0), "constrain": "domain"},
         yaxis={
             "title": {"text": label1},

@@ -16,6 +16,8 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from charts.style import LEGEND
+
 PALETTE = qualitative.Plotly
 CHAIN_COLOR = "rgba(99, 110, 250, 0.35)"
 BAND_COLOR = "rgba(99, 110, 250, 0.2)"
@@ -136,7 +138,7 @@ def llc_figure(
         title=title,
         xaxis={"title": {"text": STEP_AXIS}},
         yaxis={"title": {"text": LLC_AXIS}},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        legend=LEGEND,
     )
     return fig
 
@@ -295,6 +297,15 @@ def calibration_grid(
 # DLN benchmark (reference 000, Figs 3, 5-8): ``metrics`` rows of ``jobs.sweep.dln_results``.
 
 
+def _note_when_empty(fig: go.Figure, note: str) -> go.Figure:
+    """``note`` in the middle of a figure none of whose traces has a point with both x and y
+    (None is a gap): an empty plot alone reads as a fault."""
+    points = (zip(t.x or (), t.y or (), strict=False) for t in fig.data)
+    if not any(x is not None and y is not None for trace in points for x, y in trace):
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
+    return fig
+
+
 def _by_sampler(metrics: Sequence[Mapping]) -> dict[str, list[Mapping]]:
     out: dict[str, list[Mapping]] = {}
     for m in sorted(metrics, key=lambda m: (m["sampler"], m["step_size"])):
@@ -373,7 +384,9 @@ def mean_vs_sd_figure(metrics: Sequence[Mapping], max_nan: float = 0.1) -> go.Fi
         yaxis={"title": {"text": "mean " + REL_AXIS}},
         legend={"title": {"text": "sampler"}},
     )
-    return fig
+    return _note_when_empty(
+        fig, f"No point yet: an SD needs two problems or more with NaN fraction < {max_nan:g}"
+    )
 
 
 def order_preservation_figure(metrics: Sequence[Mapping]) -> go.Figure:
@@ -398,4 +411,4 @@ def order_preservation_figure(metrics: Sequence[Mapping]) -> go.Figure:
         yaxis={"title": {"text": "pairs in the true order (fraction 0-1)"}, "range": [0, 1.05]},
         legend={"title": {"text": "sampler"}},
     )
-    return fig
+    return _note_when_empty(fig, "No bar yet: the order needs two problems or more")

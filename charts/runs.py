@@ -13,9 +13,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from charts.landscape import PALETTE
+from charts.style import LEGEND
 
 ACCEPTED, REJECTED = "#2ca02c", "#d62728"
-LEGEND = {"orientation": "h", "yanchor": "top", "y": -0.15, "xanchor": "left", "x": 0}
 INSIDE = {
     "yanchor": "top",
     "y": 0.99,

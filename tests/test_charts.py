@@ -207,3 +207,32 @@ def test_errors_name_the_field():
     s["loss"] = LOSS.T
     with pytest.raises(ValueError, match=r"'loss'.*\(7, 5\).*\(5, 7\)"):
         charts.surface_figure(s)
+
+
+def _metrics(sd, order):
+    return [
+        {
+            "sampler": "sgld",
+            "step_size": eps,
+            "problems": 1 if sd is None else 2,
+            "relative_error_mean": 0.1,
+            "relative_error_sd": sd,
+            "nan_fraction": 0.0,
+            "order_preservation": order,
+        }
+        for eps in (1e-7, 1e-6)
+    ]
+
+
+def test_dln_figures_say_why_they_are_empty():
+    """One problem has no SD and no pair to order: the figures say so instead of showing an
+    empty frame; two problems draw points and bars and carry no note."""
+    one = [charts.mean_vs_sd_figure(_metrics(None, None))]
+    one.append(charts.order_preservation_figure(_metrics(None, None)))
+    assert [len(f.layout.annotations) for f in one] == [1, 1]
+    assert "two problems" in one[0].layout.annotations[0].text
+    assert "two problems" in one[1].layout.annotations[0].text
+    two = [charts.mean_vs_sd_figure(_metrics(0.05, 1.0))]
+    two.append(charts.order_preservation_figure(_metrics(0.05, 1.0)))
+    assert [len(f.layout.annotations) for f in two] == [0, 0]
+    assert two[0].data[0].x == (0.05, 0.05) and two[1].data[0].y == (1.0, 1.0)
