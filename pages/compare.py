@@ -96,7 +96,7 @@ with left:
         built = target_of(target_name, json.dumps(target_params, sort_keys=True))
         if isinstance(built, ParamError):
             head = str(built).removeprefix(built.field + ": ").split("\n")[0]
-            st.error(f"**{built.field}**: {head}", icon="⚠️")
+            st.error(f"**{built.field}**: {head}", icon=ui.WARNING)
         else:
             target_ok = True
             st.caption(f"d = {built.dim}")
@@ -116,11 +116,11 @@ length = run_length("cmp")
 
 if st.button("Run all", type="primary", key="cmp.run"):
     if len(chosen) < 2:
-        st.error("**samplers**: choose at least two samplers to compare.", icon="⚠️")
+        st.error("**samplers**: choose at least two samplers to compare.", icon=ui.WARNING)
     elif not target_ok or any(p is None for p in sampler_params.values()):
         bad = [name for name, p in sampler_params.items() if p is None]
         where = f" (the parameters of {', '.join(bad)})" if bad else ""
-        st.error(f"Fix the fields marked above first{where}; nothing was queued.", icon="⚠️")
+        st.error(f"Fix the fields marked above first{where}; nothing was queued.", icon=ui.WARNING)
     else:
         specs = [
             {
@@ -187,7 +187,7 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     params_json = json.dumps(first["target"]["params"], sort_keys=True)
     target = target_of(first["target"]["name"], params_json)
     if isinstance(target, ParamError):
-        st.error(str(target), icon="⚠️")
+        st.error(str(target), icon=ui.WARNING)
         return
     label = labels_of(target)[coord]
     burn = math.ceil(first["burn_in"] / first["thin"])

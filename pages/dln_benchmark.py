@@ -36,7 +36,7 @@ def parse_step_sizes(text: str) -> tuple | None:
     try:
         return grid.check(text, "sweep")
     except ParamError as exc:
-        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon="⚠️")
+        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon=ui.WARNING)
         return None
 
 
@@ -94,12 +94,15 @@ with st.expander("More settings"):
 runs = int(problems) * len(chosen) * len(step_sizes or ())
 st.caption(f"{runs} runs of {int(steps)} steps, {int(chains)} chain(s) each.")
 if not chosen:
-    st.error("**samplers**: choose at least one", icon="⚠️")
+    st.error("**samplers**: choose at least one", icon=ui.WARNING)
 if runs > MAX_RUNS:
-    st.error(f"**problems**: {runs} runs is over the limit of {MAX_RUNS}; fewer problems", icon="⚠️")
+    st.error(
+        f"**problems**: {runs} runs is over the limit of {MAX_RUNS}; fewer problems",
+        icon=ui.WARNING,
+    )
 if st.button("Launch sweep", type="primary", key="dln.launch"):
     if not chosen or step_sizes is None or runs > MAX_RUNS:
-        st.error("Fix the fields marked above first; nothing was queued.", icon="⚠️")
+        st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
     else:
         try:
             with st.spinner("Checking every run against the memory budget…"):
@@ -143,7 +146,7 @@ def live_sweep(sweep_id: str) -> None:
     if bad:
         st.warning(
             f"{sum(bad.values())} run(s) {' or '.join(bad)}: see them on the Runs page.",
-            icon="⚠️",
+            icon=ui.WARNING,
         )
     metrics = result["metrics"]
     if not metrics:
@@ -166,6 +169,7 @@ def live_sweep(sweep_id: str) -> None:
             "order preservation": [m["order_preservation"] for m in metrics],
         },
         hide_index=True,
+        column_config={"step size": ui.STEP_COLUMN},
         key=f"dln.metrics.{sweep_id}",
     )
     with st.expander("Every run"):
@@ -184,6 +188,7 @@ def live_sweep(sweep_id: str) -> None:
                 "run": [c["run_id"] for c in cells],
             },
             hide_index=True,
+            column_config={"step size": ui.STEP_COLUMN},
             key=f"dln.cells.{sweep_id}",
         )
 

@@ -217,7 +217,7 @@ else:
     except ParamError as exc:
         ui.spec_error(SpecError(exc.field, str(exc).removeprefix(f"{exc.field}: ")))
     except KeyError:
-        st.error(f"Run {run_id} is gone from the store (deleted meanwhile).", icon="⚠️")
+        st.error(f"Run {run_id} is gone from the store (deleted meanwhile).", icon=ui.WARNING)
     else:
         show(out, npz, options["directions"])
 

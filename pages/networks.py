@@ -91,7 +91,7 @@ def parse_grid(text: str, base: Param, name: str, length: int) -> tuple | None:
     try:
         return grid.check(text, "calibrate")
     except ParamError as exc:
-        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon="⚠️")
+        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon=ui.WARNING)
         return None
 
 
@@ -116,7 +116,7 @@ with left:
     if target_params is not None:
         facts = target_facts(target_name, json.dumps(target_params))
         if "error" in facts:
-            st.error(f"**{facts['field']}**: {facts['error'].split(': ', 1)[-1]}", icon="⚠️")
+            st.error(f"**{facts['field']}**: {facts['error'].split(': ', 1)[-1]}", icon=ui.WARNING)
             facts = None
         else:
             true = facts["true_llc"]
@@ -143,7 +143,10 @@ with left:
                     llc_opts[field] = llc_option(field, f"{llc_key}.{field}")
     truth_error = w0 == "truth" and facts is not None and not facts["truth"]
     if truth_error:
-        st.error(f"**llc.w0**: {target_name} has no known truth; use 'train' or 'init'", icon="⚠️")
+        st.error(
+            f"**llc.w0**: {target_name} has no known truth; use 'train' or 'init'",
+            icon=ui.WARNING,
+        )
 with right:
     sampler_name = st.selectbox("Sampler", SAMPLERS, key="net.sampler_name")
     sampler_spec = samplers.REGISTRY[sampler_name]
@@ -212,7 +215,7 @@ def live_run(run_id: str) -> None:
             last = data["acceptance"][-1]
             acceptance = float(np.nanmean(last)) if np.isfinite(last).any() else None
             for w in llc_math.health(est, info["dim"], acceptance=acceptance):
-                st.warning(f"**{w['code']}** (so far): {w['message']}", icon="⚠️")
+                st.warning(f"**{w['code']}** (so far): {w['message']}", icon=ui.WARNING)
     elif record.status not in FINAL:
         st.caption("Waiting for the first samples…")
     if record.status in FINAL:
@@ -230,7 +233,7 @@ def final_summary(record) -> None:
     c3.metric("true λ", fmt(est["true"]))
     c4.metric("d / 2 (largest possible λ)", fmt(est["dim"] / 2))
     for w in est["warnings"]:
-        st.warning(f"**{w['code']}**: {w['message']}", icon="⚠️")
+        st.warning(f"**{w['code']}**: {w['message']}", icon=ui.WARNING)
     training = est.get("training") or {}
     details = {
         "λ̂ mean": est["mean"],
@@ -330,6 +333,7 @@ def live_calibration(sweep_id: str) -> None:
                 "flags": [", ".join(c["flags"]) or "stable" for c in result["cells"]],
             },
             hide_index=True,
+            column_config={"step size": ui.STEP_COLUMN},
             key=f"cal.table.{sweep_id}",
         )
 
@@ -348,7 +352,7 @@ estimate_tab, calibrate_tab = st.tabs(["Estimate", "Calibrate"])
 with estimate_tab:
     if st.button("Run", type="primary", key="net.run"):
         if not ready:
-            st.error("Fix the fields marked above first; nothing was queued.", icon="⚠️")
+            st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
         elif run_id := ui.submit(spec):
             st.session_state["net.shown"] = run_id
     runs = llc_runs()
@@ -389,7 +393,7 @@ with calibrate_tab:
         nbeta_grid = parse_grid(nbeta_text, sampler_spec.param("nbeta"), "nbetas", MAX_NBETAS)
     if st.button("Calibrate", type="primary", key="cal.run"):
         if not ready or step_grid is None or nbeta_grid is None:
-            st.error("Fix the fields marked above first; nothing was queued.", icon="⚠️")
+            st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
         else:
             try:
                 params, cells = sweeps.calibration_specs(parse_spec(spec), step_grid, nbeta_grid)

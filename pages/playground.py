@@ -54,7 +54,7 @@ def fixed_params(name: str) -> dict:
 def param_error(exc: ParamError) -> None:
     """A target builder's error inline; a formula's caret line goes to a code block (plain)."""
     head, _, rest = str(exc).removeprefix(exc.field + ": ").partition("\n")
-    st.error(f"**{exc.field}**: {head}", icon="⚠️")
+    st.error(f"**{exc.field}**: {head}", icon=ui.WARNING)
     if rest:
         st.code(rest, language=None)
 
@@ -135,7 +135,7 @@ with left:
             st.error(
                 f"**target**: the playground draws 2-D potentials; these parameters give "
                 f"d = {built.dim} (use Compare for other dimensions)",
-                icon="⚠️",
+                icon=ui.WARNING,
             )
         else:
             target = built
@@ -171,7 +171,7 @@ length = run_length("pg")
 
 if st.button("Run", type="primary", key="pg.run"):
     if target is None or sampler_params is None:
-        st.error("Fix the fields marked above first; nothing was queued.", icon="⚠️")
+        st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
     else:
         spec = {
             "target": {"name": target_name, "params": target_params},

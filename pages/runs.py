@@ -107,7 +107,7 @@ def actions(record) -> None:
                 try:
                     st.session_state[key] = prepare(rid, label)
                 except Exception as exc:  # a failed export must not take the page down
-                    st.error(f"Export failed: {type(exc).__name__}: {exc}", icon="⚠️")
+                    st.error(f"Export failed: {type(exc).__name__}: {exc}", icon=ui.WARNING)
         if key in st.session_state:
             data, records = st.session_state[key]
             extension, mime = EXPORTS[label]

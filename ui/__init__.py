@@ -17,9 +17,12 @@ from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import Store
 
 from .live import Live, poll, progress_bar, run_status, stop_polling
-from .widgets import param_inputs, spec_error
+from .widgets import DONE, STEP_COLUMN, WARNING, param_inputs, spec_error
 
 __all__ = [
+    "DONE",
+    "STEP_COLUMN",
+    "WARNING",
     "Live",
     "await_first_records",
     "device_name",

@@ -7,6 +7,8 @@ import streamlit as st
 
 from jobs.store import RunRecord, Store
 
+from .widgets import DONE, WARNING
+
 FINAL = ("completed", "cancelled", "failed", "interrupted")
 
 
@@ -95,12 +97,12 @@ def run_status(record: RunRecord) -> None:
             st.warning(
                 f"{diverged} chain(s) diverged (NaN/Inf) and were frozen; the others are shown. "
                 "Lower the step size (or raise friction) and run again.",
-                icon="⚠️",
+                icon=WARNING,
             )
         else:
-            st.success("Run completed.", icon="✅")
+            st.success("Run completed.", icon=DONE)
     elif record.status in HINTS:
         message = HINTS[record.status]
         if record.error:
-            st.error(f"{record.status}: {record.error}", icon="⚠️")
+            st.error(f"{record.status}: {record.error}", icon=WARNING)
         st.info(message)

@@ -11,6 +11,11 @@ import streamlit as st
 from landscapes import Param, ParamError, Spec
 
 LIST_HELP = "comma-separated, e.g. 1, 2"
+# Alert icons from Streamlit's bundled icon font: emoji need an emoji font on the viewer's machine
+WARNING, DONE = ":material/warning:", ":material/check_circle:"
+# Step sizes in tables, on a log grid from 1e-8 up: 1E-8, 1E-7, 1E-6 (a plain column shows
+# 0.00000001, and "%g" switches to fixed point at 1e-6)
+STEP_COLUMN = st.column_config.NumberColumn(format="scientific")
 
 
 def _label(p: Param) -> str:
@@ -63,7 +68,7 @@ def param_inputs(
     try:
         return {name: spec.param(name).check(value, spec.name) for name, value in raw.items()}
     except ParamError as exc:
-        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon="⚠️")
+        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon=WARNING)
         return None
 
 
@@ -71,4 +76,4 @@ def spec_error(exc: Exception) -> None:
     """A RunSpec/budget error, inline: the field in bold, the message as plain text."""
     field = getattr(exc, "field", None)
     message = getattr(exc, "message", None) or str(exc)
-    st.error(f"**{field}**: {message}" if field else message, icon="⚠️")
+    st.error(f"**{field}**: {message}" if field else message, icon=WARNING)
