@@ -74,11 +74,13 @@ _TEXT: dict[str, tuple[str, str]] = {
     ),
     "adam-sgld": (
         _aligned(
-            r"m_t = b_1 m_{t-1} + (1 - b_1)\,g_t,\quad v_t = b_2 v_{t-1} + (1 - b_2)\,g_t^2",
-            r"\hat m_t = \frac{m_t}{1 - b_1^{\,t+1}},\quad \hat v_t = \frac{v_t}{1 - b_2^{\,t+1}},"
-            r"\quad \varepsilon_t = \frac{\varepsilon}{\sqrt{\hat v_t} + a}",
+            r"m_t = b_1 m_{t-1} + (1 - b_1)\,g_t,\quad m_{-1} = 0",
+            r"v_t = b_2 v_{t-1} + (1 - b_2)\,g_t^2,\quad v_{-1} = 1",
+            r"\hat m_t = \frac{m_t}{1 - b_1^{\,t+1}},\quad \hat v_t = \frac{v_t}{1 - b_2^{\,t+1}}",
+            r"\varepsilon_t = \frac{\varepsilon}{\sqrt{\hat v_t} + a}",
             r"w_{t+1} = w_t - \tfrac{\varepsilon_t}{2} \odot \big(n\beta\,\hat m_t"
-            r" + \gamma (w_t - w_0)\big) + \sqrt{\varepsilon_t} \odot \eta_t",
+            r" + \gamma (w_t - w_0)\big)",
+            r"\qquad\quad + \sqrt{\varepsilon_t} \odot \eta_t",
         ),
         "Adam-preconditioned SGLD (Kim et al. 2020), Alg. 2 of the local posterior sampling "
         "benchmark (Hitchcock & Hoogland): as RMSProp-SGLD, but the loss force is replaced by "
@@ -130,8 +132,8 @@ _TEXT: dict[str, tuple[str, str]] = {
     "rwmh": (
         _aligned(
             r"w' = w_t + \varepsilon\,\eta_t",
-            r"w_{t+1} = w' \text{ with probability } \min\big(1,\ e^{\,U(w_t) - U(w')}\big),"
-            r"\text{ else } w_t",
+            r"w_{t+1} = w' \text{ with probability } A, \text{ else } w_t",
+            r"A = \min\big(1,\ e^{\,U(w_t) - U(w')}\big)",
         ),
         "Random-walk Metropolis (Metropolis et al. 1953): a Gaussian proposal of scale eps "
         "around the current point, accepted with the ratio of target densities. It needs no "
@@ -141,11 +143,12 @@ _TEXT: dict[str, tuple[str, str]] = {
     ),
     "hmc": (
         _aligned(
-            r"p_0 \sim \mathcal{N}(0, I),\ (w, p) \leftarrow (w_t, p_0);\ K \text{ times:}",
-            r"\quad p \leftarrow p - \tfrac{\varepsilon}{2}\nabla U(w),\ "
-            r"w \leftarrow w + \varepsilon\,p,\ p \leftarrow p - \tfrac{\varepsilon}{2}\nabla U(w)",
-            r"w_{t+1} = w \text{ with probability } \min\big(1,\ e^{\,H(w_t, p_0) - H(w, p)}\big),"
-            r"\text{ else } w_t",
+            r"p_0 \sim \mathcal{N}(0, I),\quad (w, p) \leftarrow (w_t, p_0)",
+            r"K \text{ times: } p \leftarrow p - \tfrac{\varepsilon}{2}\nabla U(w),"
+            r"\ w \leftarrow w + \varepsilon\,p,",
+            r"\qquad\qquad p \leftarrow p - \tfrac{\varepsilon}{2}\nabla U(w)",
+            r"w_{t+1} = w \text{ with probability } A, \text{ else } w_t",
+            r"A = \min\big(1,\ e^{\,H(w_t, p_0) - H(w, p)}\big)",
             r"H(w, p) = U(w) + \tfrac{1}{2}\lVert p \rVert^2",
         ),
         "Hamiltonian Monte Carlo (Duane et al. 1987; Neal 2011) as in the TATi paper (Heber, "
@@ -171,7 +174,7 @@ _TEXT: dict[str, tuple[str, str]] = {
     ),
     "splitting": (
         _aligned(
-            r"\text{scheme } X_1 X_2 \cdots X_k,\ X_i \in \{A, B, O\}:\ "
+            r"\text{scheme } X_1 X_2 \cdots X_k,\quad X_i \in \{A, B, O\}",
             r"\text{each } X_i \text{ applied with step } h / \#X_i",
             _MAPS,
         ),
