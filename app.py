@@ -1,6 +1,6 @@
 """Basin in the browser: ``streamlit run app.py``.
 
-The shell only: navigation over pages/, the sidebar badge, and the worker pool, which is started
+The shell only: navigation over views/, the sidebar badge, and the worker pool, which is started
 (or found) here so that every run goes to a worker process, never to this one.
 """
 
@@ -12,13 +12,13 @@ st.set_page_config(page_title="Basin", page_icon="assets/basin.png", layout="wid
 
 PAGES = [
     st.Page(
-        "pages/playground.py", title="Playground", icon=":material/scatter_plot:", default=True
+        "views/playground.py", title="Playground", icon=":material/scatter_plot:", default=True
     ),
-    st.Page("pages/compare.py", title="Compare", icon=":material/compare:"),
-    st.Page("pages/networks.py", title="Networks & LLC", icon=":material/hub:"),
-    st.Page("pages/dln_benchmark.py", title="DLN benchmark", icon=":material/leaderboard:"),
-    st.Page("pages/landscape.py", title="Landscape", icon=":material/terrain:"),
-    st.Page("pages/runs.py", title="Runs", icon=":material/list:"),
+    st.Page("views/compare.py", title="Compare", icon=":material/compare:"),
+    st.Page("views/networks.py", title="Networks & LLC", icon=":material/hub:"),
+    st.Page("views/dln_benchmark.py", title="DLN benchmark", icon=":material/leaderboard:"),
+    st.Page("views/landscape.py", title="Landscape", icon=":material/terrain:"),
+    st.Page("views/runs.py", title="Runs", icon=":material/list:"),
 ]
 
 ui.ensure_pool()

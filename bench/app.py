@@ -83,7 +83,7 @@ def rerun_while_streaming(repeats: int) -> dict:
     try:
         # Submitted through the page, as a user would: 4096 chains x 100000 steps, no burn-in,
         # the page's own choice of thinning.
-        at = AppTest.from_file(str(ROOT / "pages" / "playground.py"), default_timeout=120)
+        at = AppTest.from_file(str(ROOT / "views" / "playground.py"), default_timeout=120)
         at.run()
         at.selectbox(key="pg.target_name").set_value("banana").run()
         at.selectbox(key="pg.sampler_name").set_value("mala").run()

@@ -25,8 +25,8 @@ def home(tmp_path, monkeypatch):
 
 
 def page(name: str) -> AppTest:
-    """An AppTest of ``pages/<name>.py``, run once."""
-    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
+    """An AppTest of ``views/<name>.py``, run once."""
+    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=TIMEOUT)
     return at.run()
 
 

@@ -17,7 +17,7 @@ from jobs.store import Store
 
 FRONT = [
     ROOT / "app.py",
-    *sorted((ROOT / "pages").glob("*.py")),
+    *sorted((ROOT / "views").glob("*.py")),
     *sorted((ROOT / "ui").glob("*.py")),
 ]
 
@@ -36,8 +36,8 @@ def test_the_app_starts_its_worker_pool_and_shows_the_device(home):
 
 def test_every_page_is_reachable_from_the_navigation(home):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-    for page in sorted((ROOT / "pages").glob("*.py")):
-        at.switch_page(f"pages/{page.name}").run()
+    for page in sorted((ROOT / "views").glob("*.py")):
+        at.switch_page(f"views/{page.name}").run()
         assert not errors(at), (page.name, errors(at))
 
 

@@ -89,3 +89,20 @@ def test_networks_page_shows_a_live_llc_for_a_tiny_dln(server, browser_page):  #
     estimate.scroll_into_view_if_needed()
     screenshot(page, "networks-dln-llc")
     assert_clean(page)
+
+
+def test_a_bookmarked_page_opened_first_runs_inside_the_app(server, browser_page):  # noqa: F811
+    """A page's URL opened on a fresh server (a bookmark after a restart) still goes through
+    app.py: its navigation, its sidebar and the worker pool that resumes the queue. (Streamlit
+    runs a ``pages/`` directory beside the entry script as v1 pages, bypassing app.py, until
+    app.py has called st.navigation once: with the pages there, this session got "app,
+    compare, ..." and no pool. The deep link makes Streamlit probe its base path with 404s:
+    the console is not checked.)"""
+    page = browser_page
+    page.goto(f"{server}/runs", timeout=LOAD_MS)
+    page.get_by_text("Every run in the store").wait_for(timeout=LOAD_MS)
+    settle(page)
+    nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
+    assert "Networks & LLC" in nav and "app" not in nav.split(), nav
+    page.locator('[data-testid="stSidebar"]').get_by_text("Workers").wait_for()
+    assert page.locator('[data-testid="stException"]').count() == 0

@@ -1,6 +1,6 @@
 """What every page shares: the store, the worker pool, widgets from the registries, live data.
 
-The one package besides ``pages/`` that imports Streamlit. Pages stay thin by calling these:
+The one package besides ``views/`` that imports Streamlit. Pages stay thin by calling these:
 widgets -> RunSpec -> ``submit``; ``Live`` (new records only) -> ``charts`` figures.
 """
 
