@@ -163,6 +163,24 @@ def test_playground_run_shows_the_funnel_neck_against_the_exact_marginal(home):
     assert not errors(at), errors(at)
 
 
+def test_a_run_whose_every_chain_diverged_says_so(home):
+    """SGLD at step 5 on N(0, 1): each step multiplies w by 1 - 5/2 = -1.5 plus noise, so every
+    chain's loss overflows float32 within ~110 steps; the page says that nothing is left."""
+    at = page("playground")
+    at.text_input(key="pg.sampler.sgld.step_size").input("5").run()
+    at.number_input(key="pg.chains").set_value(4).run()
+    at.number_input(key="pg.steps").set_value(300).run()
+    at.button(key="pg.run").click().run()
+    (run,) = wait_for_runs(home, 1)
+    assert run.status == "completed" and run.summary["diverged_chains"] == 4, run
+    at.run()
+    assert not at.exception
+    assert [w.value for w in at.warning if "diverged" in w.value] == [
+        "Every chain diverged (NaN/Inf) and was frozen: there are no draws to show. "
+        "Lower the step size (or raise friction) and run again."
+    ]
+
+
 # -- Compare ----------------------------------------------------------------------------------
 
 

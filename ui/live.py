@@ -94,10 +94,14 @@ def run_status(record: RunRecord) -> None:
         summary = record.summary or {}
         diverged = summary.get("diverged_chains") or 0
         if diverged:
+            chains = record.spec.get("chains")
+            if diverged == chains:
+                what = "Every chain diverged (NaN/Inf) and was frozen: there are no draws to show."
+            else:
+                what = f"{diverged} of {chains} chains diverged (NaN/Inf) and were frozen; "
+                what += "the rest are drawn."
             st.warning(
-                f"{diverged} chain(s) diverged (NaN/Inf) and were frozen; the others are shown. "
-                "Lower the step size (or raise friction) and run again.",
-                icon=WARNING,
+                f"{what} Lower the step size (or raise friction) and run again.", icon=WARNING
             )
         else:
             st.success("Run completed.", icon=DONE)
