@@ -119,7 +119,9 @@ def progress(store: Store, sweep: dict) -> dict:
             counts[store.get(cell["run_id"]).status] += 1
         except KeyError:
             counts["deleted"] += 1
-    done = sum(v for k, v in counts.items() if k in FINAL)
+    # A run deleted from the Runs page will not finish: it counts as done, or a page (or the
+    # CLI) watching the sweep would wait for it forever.
+    done = sum(v for k, v in counts.items() if k in FINAL or k == "deleted")
     return {"runs": len(sweep["cells"]), "done": done, "by_status": dict(counts)}
 
 

@@ -362,6 +362,22 @@ def test_delete(tmp_path):
     assert not path.exists()  # a refused append never recreates the file
 
 
+def test_a_sweep_counts_its_deleted_runs_as_done(tmp_path):
+    from jobs import sweep as sweeps
+
+    store = Store(tmp_path)
+    ids = [store.create({"i": i}) for i in range(3)]
+    sweep_id = store.create_sweep("dln", {}, [{"run_id": i} for i in ids])
+    store.finish(store.claim(1).id, "completed")
+    store.delete(ids[1])
+    progress = sweeps.progress(store, store.get_sweep(sweep_id))
+    assert progress == {
+        "runs": 3,
+        "done": 2,
+        "by_status": {"completed": 1, "deleted": 1, "queued": 1},
+    }
+
+
 # -- concurrency: readers in one process, writers in others ------------------------------------
 
 N_CHUNKS, C_CONC, D_CONC = 200, 8, 16
