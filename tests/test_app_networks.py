@@ -162,6 +162,9 @@ def test_calibration_sweep_is_queued_with_its_grid(home):
     grid = titled(at, "Calibration")
     titles = [a["text"] for a in grid["layout"]["annotations"]]
     assert len(titles) == 2 and titles[0].startswith("ε = 1e-06, nβ = 144.8")
+    store.delete(sweep["cells"][1]["run_id"])  # from the Runs page: the sweep counts it done
+    (bar,) = at.run().get("progress")
+    assert "1 deleted" in bar.proto.text and sweeps.progress(store, sweep)["done"] >= 1
 
 
 def test_dln_sweep_fills_in_its_plots_and_is_deleted(home):

@@ -16,7 +16,7 @@ from jobs.pool import ensure_supervisor, supervisor_pid
 from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import Store
 
-from .live import Live, poll, progress_bar, run_status, stop_polling
+from .live import Live, poll, progress_bar, run_status, stop_polling, sweep_progress
 from .widgets import DONE, STEP_COLUMN, WARNING, param_inputs, spec_error
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "stop_polling",
     "store",
     "submit",
+    "sweep_progress",
 ]
 
 

@@ -79,6 +79,21 @@ def progress_bar(record: RunRecord) -> None:
     st.progress(fraction, text=text)
 
 
+def sweep_progress(progress: dict) -> None:
+    """A sweep's runs done, by status, with a warning when some ended badly."""
+    by_status = ", ".join(f"{n} {s}" for s, n in sorted(progress["by_status"].items()))
+    st.progress(
+        progress["done"] / max(progress["runs"], 1),
+        text=f"{progress['done']}/{progress['runs']} runs done ({by_status})",
+    )
+    bad = {s: n for s, n in progress["by_status"].items() if s in ("failed", "interrupted")}
+    if bad:
+        st.warning(
+            f"{sum(bad.values())} run(s) {' or '.join(bad)}: see them on the Runs page.",
+            icon=WARNING,
+        )
+
+
 HINTS = {
     "failed": "The run stopped with an error. Check the parameters; if the loss overflowed, "
     "lower the step size.",

@@ -137,17 +137,7 @@ def live_sweep(sweep_id: str) -> None:
     result = sweeps.dln_results(store, sweep)
     progress = result["progress"]
     ui.stop_polling("dln.polling", sweep_id, progress["done"] == progress["runs"])
-    by_status = ", ".join(f"{n} {s}" for s, n in sorted(progress["by_status"].items()))
-    st.progress(
-        progress["done"] / max(progress["runs"], 1),
-        text=f"{progress['done']}/{progress['runs']} runs done ({by_status})",
-    )
-    bad = {s: n for s, n in progress["by_status"].items() if s in ("failed", "interrupted")}
-    if bad:
-        st.warning(
-            f"{sum(bad.values())} run(s) {' or '.join(bad)}: see them on the Runs page.",
-            icon=ui.WARNING,
-        )
+    ui.sweep_progress(progress)
     metrics = result["metrics"]
     if not metrics:
         st.info("The plots appear as the first runs finish.")

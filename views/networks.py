@@ -294,10 +294,7 @@ def live_calibration(sweep_id: str) -> None:
     result = sweeps.calibration_results(store, sweep)
     progress = result["progress"]
     ui.stop_polling("cal.polling", sweep_id, progress["done"] == progress["runs"])
-    st.progress(
-        progress["done"] / max(progress["runs"], 1),
-        text=f"{progress['done']}/{progress['runs']} runs done",
-    )
+    ui.sweep_progress(progress)
     base = sweep["spec"]["base"]
     nbeta_default = facts_of(base)["nbeta"]
     finished = {c["run_id"] for c in result["cells"]}
