@@ -119,6 +119,20 @@ def json_safe(value):
     return value
 
 
+def number(value, digits: int = 4) -> str:
+    """A number for a metric tile, which cuts what does not fit with an ellipsis: ``digits``
+    significant figures, in short scientific notation where the plain form runs long
+    (0.0002694 -> 2.694e-4, 12345678 -> 1.235e7); "–" when missing or not finite."""
+    value = _number(value)
+    if value is None:
+        return "–"
+    text = f"{value:.{digits}g}"
+    if "e" in text or len(text.lstrip("-")) > digits + 2:  # longer than digits, "." and a 0
+        mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+        text = f"{float(mantissa):g}e{int(exponent)}"
+    return text
+
+
 def _number(value) -> float | None:
     if value is None:
         return None

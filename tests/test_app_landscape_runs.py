@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from apptest import errors, home, page  # noqa: F401
 
+from charts import table
 from jobs import surface as surfaces
 from jobs.run import execute
 from jobs.spec import parse_spec
@@ -188,7 +189,7 @@ def test_landscape_page_draws_the_runs_surface(runs, home):  # noqa: F811
     assert facts["run_id"] == banana and facts["grid"] == 41 and facts["components"] == [1, 2]
     assert facts["centre_loss"] == pytest.approx(expected["centre_loss"], rel=1e-12)
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["centre loss L(θ*)"] == f"{expected['centre_loss']:.6g}"
+    assert metrics["centre loss L(θ*)"] == table.number(expected["centre_loss"])
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(charts) == 4  # spectrum, surface, contour, sweeps
     spectrum, surface, contour = charts[:3]

@@ -236,3 +236,25 @@ def test_dln_figures_say_why_they_are_empty():
     two.append(charts.order_preservation_figure(_metrics(0.05, 1.0)))
     assert [len(f.layout.annotations) for f in two] == [0, 0]
     assert two[0].data[0].x == (0.05, 0.05) and two[1].data[0].y == (1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "digits", "shown"),
+    [
+        (0.000269446, 4, "2.694e-4"),  # 0.0002694 would be cut in a metric tile
+        (100.324, 4, "100.3"),
+        (12345678.0, 4, "1.235e7"),
+        (99999.0, 4, "1e5"),  # not Python's 1e+05
+        (-5e-7, 3, "-5e-7"),
+        (0.05, 3, "0.05"),
+        (0.1234567, 3, "0.123"),
+        (41.0, 4, "41"),
+        (None, 4, "–"),
+        (math.nan, 4, "–"),
+        (math.inf, 4, "–"),
+    ],
+)
+def test_metric_numbers_are_short(value, digits, shown):
+    from charts.table import number
+
+    assert number(value, digits) == shown

@@ -45,10 +45,6 @@ GROUP_SECONDS = 5.0  # runs of one Run click are created within this of each oth
 NAMES = ["step", "position", "accepted", "diverged"]
 
 
-def fmt(value, digits: int = 3) -> str:
-    return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}g}"
-
-
 def budget_key(spec: dict) -> str:
     """What must agree for two runs to be compared: the target and the budget."""
     keep = ("target", "chains", "steps", "burn_in", "thin", "seed", "dtype")

@@ -40,10 +40,6 @@ def parse_step_sizes(text: str) -> tuple | None:
         return None
 
 
-def fmt(value, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}g}"
-
-
 st.title("DLN benchmark")
 st.caption(
     "The local-sampling benchmark (reference 000): LLC estimates on generated deep linear "

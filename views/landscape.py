@@ -138,13 +138,14 @@ def show(out: dict, npz: bytes, directions: str) -> None:
     st.caption(
         f"{out['label0']} × {out['label1']} around the **{out['reference']}** point; "
         f"{len(out['c0'])}² grid on [-{half:g}, {half:g}]², trajectory from the run's "
-        f"{out['source']} ({out['path'].shape[0]} chains drawn), {out['seconds']:.2f} s."
+        f"{out['source']} ({out['path'].shape[0]} chains drawn), {out['seconds']:.2f} s. "
+        f"The red square is the next zoom domain, [-{half / 10:g}, {half / 10:g}]²."
     )
     cols = st.columns(5)
-    cols[0].metric("centre loss L(θ*)", f"{out['centre_loss']:.6g}")
-    cols[1].metric("lowest loss seen L0", f"{out['lowest_loss']:.6g}")
-    cols[2].metric("grid min", f"{out['grid_min']:.6g}")
-    cols[3].metric("grid max", f"{out['grid_max']:.6g}")
+    cols[0].metric("centre loss L(θ*)", table.number(out["centre_loss"]))
+    cols[1].metric("lowest loss seen L0", table.number(out["lowest_loss"]))
+    cols[2].metric("grid min", table.number(out["grid_min"]))
+    cols[3].metric("grid max", table.number(out["grid_max"]))
     cols[4].metric("non-finite grid points", int(out["nonfinite"]))
 
     ratio = out["explained_variance_ratio"]
@@ -156,10 +157,10 @@ def show(out: dict, npz: bytes, directions: str) -> None:
         )
     inner = half / 10  # the next zoom domain, marked in red
     left, right = st.columns(2)
-    left.plotly_chart(
-        figures.surface_figure(out, scale, inner=inner, title="Loss surface"),
-        key="landscape.surface",
-    )
+    surface = figures.surface_figure(out, scale, inner=inner, title="Loss surface")
+    # The contour plot beside it names the same chains in the same colours: without a second
+    # legend the 3-D scene gets the column's height.
+    left.plotly_chart(surface.update_layout(showlegend=False), key="landscape.surface")
     right.plotly_chart(
         figures.contour_figure(out, scale, inner=inner, title="Contours and chains"),
         key="landscape.contour",

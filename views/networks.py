@@ -19,6 +19,7 @@ import landscapes
 import samplers
 import ui
 from charts.llc import chain_stats
+from charts.table import number
 from jobs import sweep as sweeps
 from jobs.spec import LLCOptions, SpecError, parse_spec
 from jobs.store import FINAL
@@ -65,10 +66,6 @@ def target_facts(name: str, params_json: str) -> dict:
 
 def facts_of(spec: dict) -> dict:
     return target_facts(spec["target"]["name"], json.dumps(spec["target"]["params"]))
-
-
-def fmt(value, digits: int = 4) -> str:
-    return "–" if value is None else f"{value:.{digits}g}"
 
 
 def llc_option(name: str, key: str, default=None):
@@ -228,10 +225,10 @@ def final_summary(record) -> None:
     if not est:
         return
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("λ̂ (mean ± SE over chains)", f"{fmt(est['mean'])} ± {fmt(est['se'], 2)}")
-    c2.metric("SD over chains", fmt(est["std"]))
-    c3.metric("true λ", fmt(est["true"]))
-    c4.metric("d / 2 (largest possible λ)", fmt(est["dim"] / 2))
+    c1.metric("λ̂ (mean ± SE over chains)", f"{number(est['mean'])} ± {number(est['se'], 2)}")
+    c2.metric("SD over chains", number(est["std"]))
+    c3.metric("true λ", number(est["true"]))
+    c4.metric("d / 2 (largest possible λ)", number(est["dim"] / 2))
     for w in est["warnings"]:
         st.warning(f"**{w['code']}**: {w['message']}", icon=ui.WARNING)
     training = est.get("training") or {}

@@ -20,6 +20,7 @@ import charts
 import landscapes
 import samplers
 import ui
+from charts.table import number
 from jobs.store import FINAL
 from landscapes import ParamError
 from samplers import diagnostics
@@ -101,10 +102,6 @@ def is_playground_run(spec: dict) -> bool:
         and target["params"].get("dim", 2) == 2
         and len(target["params"].get("k", (0, 0))) == 2
     )
-
-
-def fmt(value, digits: int = 3) -> str:
-    return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}g}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,10 +339,10 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
     if acceptance is None and accepted is not None and total:  # live, until the summary
         acceptance = float(accepted[ctx["burn"] :: every][:, good].mean())
     m1, m2, m3, m4 = st.columns(4)
-    m1.metric("acceptance", fmt(acceptance) if ctx["mh"] else "no MH step")
+    m1.metric("acceptance", number(acceptance, 3) if ctx["mh"] else "no MH step")
     m2.metric("diverged chains", int((~good).sum()))
     m3.metric("draws after burn-in", f"{total:,}")
-    m4.metric("seconds", fmt(summary.get("seconds")))
+    m4.metric("seconds", number(summary.get("seconds"), 3))
     st.dataframe(
         diagnostics_rows(ctx, record, sample, tails), hide_index=True, key=f"pg.diag.{run_id}"
     )

@@ -132,7 +132,7 @@ def details(record) -> None:
             facts = table.summary_facts(record.summary)
             shown = [(name, value) for name, value in facts.items() if value is not None]
             for col, (name, value) in zip(st.columns(max(len(shown), 1)), shown, strict=False):
-                col.metric(name, f"{value:.4g}")
+                col.metric(name, table.number(value))
         spec_col, summary_col = st.columns(2)
         with spec_col:
             st.caption("Spec (the RunSpec it was submitted with)")
