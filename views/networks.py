@@ -248,10 +248,15 @@ def final_summary(record) -> None:
         "WBIC": est["wbic"],
         "training steps": training.get("steps"),
     }
+    shown = [
+        "–" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+        for v in details.values()
+    ]
     c1, c2 = st.columns(2)
     c1.dataframe(
-        {"quantity": list(details), "value": [str(v) for v in details.values()]},
+        {"quantity": list(details), "value": shown},
         hide_index=True,
+        height=35 * (len(details) + 1) + 3,  # every row (35 px each, as Streamlit draws them)
         key=f"net.details.{record.id}",
     )
     c2.dataframe(
