@@ -26,6 +26,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 from .spec import SpecError, check_budget, parse_spec
@@ -142,6 +143,28 @@ def _validated(args: argparse.Namespace):
     return spec
 
 
+class StatusLine:
+    """Progress on stderr: one line redrawn in place on a terminal; in a log (a pipe or file),
+    where a carriage return would glue the updates into one line, a line when it changes and
+    at most every ``every`` seconds, and always the final one."""
+
+    def __init__(self, every: float = 10.0):
+        self.tty, self.every = sys.stderr.isatty(), every
+        self.last, self.printed, self.when = None, None, -math.inf
+
+    def show(self, line: str, final: bool = False) -> None:
+        if self.tty:
+            print(f"\r\x1b[K{line}", end="", file=sys.stderr, flush=True)  # \x1b[K: clear the rest
+        elif line != self.printed and (final or time.monotonic() - self.when >= self.every):
+            print(line, file=sys.stderr, flush=True)
+            self.printed, self.when = line, time.monotonic()
+        self.last = line
+
+    def close(self) -> None:
+        if self.tty and self.last is not None:
+            print(file=sys.stderr)
+
+
 def cmd_run(args: argparse.Namespace, store: Store) -> int:
     from .run import execute
     from .worker import heartbeat
@@ -150,27 +173,26 @@ def cmd_run(args: argparse.Namespace, store: Store) -> int:
     run_id = store.create(spec.model_dump(mode="json"))
     record = store.claim(os.getpid(), run_id)
 
+    status = StatusLine()
+
     def report(p) -> None:
         eta = "?" if p.eta_s is None else f"{p.eta_s:.0f} s"
-        print(
-            f"\r{run_id}: {p.steps_done}/{p.steps_total} steps, {p.steps_per_second:.3g} steps/s, "
-            f"ETA {eta}",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+        line = f"{run_id}: {p.steps_done}/{p.steps_total} steps, {p.steps_per_second:.3g} steps/s"
+        status.show(f"{line}, ETA {eta}", final=p.steps_done == p.steps_total)
 
     try:
         with heartbeat(store, run_id):
             summary = execute(spec, store, record.id, on_progress=report)
     except KeyboardInterrupt:
         store.finish(run_id, "cancelled", error="interrupted from the keyboard")
-        print(f"\n{run_id} cancelled", file=sys.stderr)
+        status.close()
+        print(f"{run_id} cancelled", file=sys.stderr)
         return 130
     except BaseException as exc:
         store.finish(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
+        status.close()
         raise
-    print(file=sys.stderr)
+    status.close()
     store.finish(run_id, summary["status"], summary=summary)
     if args.json:
         print(json.dumps(_finite(summary)))
@@ -291,24 +313,20 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
         return 0
     done = threading.Event()
 
+    status = StatusLine(every=0.0)  # a line each time a run finishes
+
     def report() -> None:  # the supervisor holds the main thread (it owns Ctrl-C)
-        watcher, last = Store(store.home), None
-        tty = sys.stderr.isatty()  # a terminal redraws one line; a log gets a line per change
+        watcher = Store(store.home)
         while not done.wait(1.0):
             p = sweep.progress(watcher, watcher.get_sweep(sweep_id))
-            line = f"{sweep_id}: {p['done']}/{p['runs']} runs done"
-            if tty:
-                print(f"\r{line}", end="", file=sys.stderr, flush=True)
-            elif line != last:
-                print(line, file=sys.stderr, flush=True)
-            last = line
+            status.show(f"{sweep_id}: {p['done']}/{p['runs']} runs done")
 
     thread = threading.Thread(target=report, daemon=True)
     thread.start()
     supervise(str(store.home), slots=args.slots, once=True)
     done.set()
     thread.join()
-    print(file=sys.stderr)
+    status.close()
     return _print_sweep(sweep.results(store, sweep_id), args.json)
 
 

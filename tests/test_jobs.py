@@ -127,6 +127,16 @@ def test_cli_run_on_a_network_records_a_projection_and_netcdf_export(tmp_path):
     np.testing.assert_array_equal(draws, data["position"].transpose(1, 0, 2))
 
 
+def test_cli_progress_written_to_a_log_has_a_line_per_update(tmp_path):
+    # stderr is a pipe here: carriage returns would glue the updates into one line
+    out = cli(tmp_path, "run", *LONG, "--chains", "4", "--steps", "200")
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stderr and "\x1b" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert ": 1/200 steps, " in lines[0] and ": 200/200 steps, " in lines[-1]
+    assert len(lines) <= 3 and "completed in" in out.stdout  # first, last, maybe one between
+
+
 def test_bad_specs_exit_2_naming_the_field(tmp_path):
     out = cli(tmp_path, "run", *LONG, "--chains", "0", "--steps", "10")
     assert out.returncode == 2 and "chains" in out.stderr and "got 0" in out.stderr
