@@ -16,13 +16,6 @@ from charts.landscape import PALETTE
 from charts.style import LEGEND
 
 ACCEPTED, REJECTED = "#2ca02c", "#d62728"
-INSIDE = {
-    "yanchor": "top",
-    "y": 0.99,
-    "xanchor": "right",
-    "x": 0.99,
-    "bgcolor": "rgba(255,255,255,0.7)",
-}
 
 
 def _color(i: int) -> str:
@@ -248,7 +241,7 @@ def histogram_figure(
         bargap=0,
         xaxis={"title": x_title, "range": [float(edges[0]), float(edges[-1])]},
         yaxis={"title": "probability density"},
-        legend=INSIDE,
+        legend=LEGEND,  # inside the plot it covered the peak of a narrow marginal
         margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
     )
     return fig
