@@ -7,6 +7,7 @@ The shell only: navigation over views/, the sidebar badge, and the worker pool, 
 import streamlit as st
 
 import ui
+from jobs.store import StoreError
 
 st.set_page_config(page_title="Basin", page_icon="assets/basin.png", layout="wide")
 
@@ -21,6 +22,10 @@ PAGES = [
     st.Page("views/runs.py", title="Runs", icon=":material/list:"),
 ]
 
-ui.ensure_pool()
+try:
+    ui.ensure_pool()
+except StoreError as exc:  # every page needs the store: say why there is none, and stop
+    st.error(str(exc), icon=ui.WARNING)
+    st.stop()
 ui.sidebar()
 st.navigation(PAGES).run()

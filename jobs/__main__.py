@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from .spec import SpecError, check_budget, parse_spec
-from .store import Store
+from .store import Store, StoreError
 
 
 def _value(text: str):
@@ -496,7 +496,11 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--slots", type=int, help="runs at once (default: one per GPU, or cores/2)")
     worker.add_argument("--once", action="store_true", help="exit when the queue is empty")
     args = parser.parse_args(argv)
-    store = Store()
+    try:
+        store = Store()
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     command = globals()[f"cmd_{args.command}"]
     try:
         return command(args, store)

@@ -270,15 +270,26 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+class StoreError(Exception):
+    """The store's home cannot hold runs (missing parent, not a directory, not writable)."""
+
+
 class Store:
     """Runs and their arrays under ``home`` (argument, else $BASIN_HOME, else ./.basin)."""
 
     def __init__(self, home: str | os.PathLike | None = None):
         self.home = Path(home or os.environ.get("BASIN_HOME") or ".basin").resolve()
-        (self.home / "runs").mkdir(parents=True, exist_ok=True)
         self._pid = os.getpid()
         self._local = threading.local()
-        self._db().executescript(_META_SCHEMA)  # IF NOT EXISTS: safe from any number of processes
+        try:
+            (self.home / "runs").mkdir(parents=True, exist_ok=True)
+            self._db().executescript(_META_SCHEMA)  # IF NOT EXISTS: safe from any process
+        except (OSError, sqlite3.Error) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StoreError(
+                f"BASIN_HOME: cannot keep runs in {self.home} ({reason}); set BASIN_HOME to a "
+                "directory this user can write, or leave it unset for ./.basin"
+            ) from None
 
     # -- connections: one per thread (sqlite3 objects must not cross threads or forks) -------
 

@@ -34,6 +34,16 @@ def test_the_app_starts_its_worker_pool_and_shows_the_device(home):
     assert supervisor_pid(Store(home)) == pid
 
 
+def test_a_store_home_that_cannot_be_used_is_named_not_raised(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("BASIN_HOME", str(tmp_path / "file" / "home"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not at.exception
+    (error,) = at.error
+    assert error.value.startswith("BASIN_HOME: cannot keep runs in")
+    assert "Not a directory" in error.value
+
+
 def test_every_page_is_reachable_from_the_navigation(home):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     for page in sorted((ROOT / "views").glob("*.py")):

@@ -142,6 +142,9 @@ def test_bad_specs_exit_2_naming_the_field(tmp_path):
     assert out.returncode == 2 and "chains" in out.stderr and "got 0" in out.stderr
     out = cli(tmp_path, "run", "--target", "banana", "--sampler", "mala", "--param", "step=1")
     assert out.returncode == 2 and "sampler.params.step" in out.stderr
+    (tmp_path / "file").write_text("not a directory")
+    out = cli(tmp_path / "file" / "home", "list")
+    assert out.returncode == 2 and "BASIN_HOME" in out.stderr and "Traceback" not in out.stderr
     out = cli(tmp_path, "show", "nope")
     assert out.returncode == 2 and "nope" in out.stderr
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from jobs.store import STATUSES, RunRecord, Store
+from jobs.store import STATUSES, RunRecord, Store, StoreError
 
 CHAINS, DIM = 3, 4
 
@@ -55,6 +55,12 @@ def test_create_get_list(tmp_path):
         store.get("nope")
     with pytest.raises(ValueError, match="status"):
         store.list("done")
+
+
+def test_a_home_that_cannot_hold_runs_is_named_in_the_error(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StoreError, match=r"BASIN_HOME: .*file/home \(Not a directory\)"):
+        Store(tmp_path / "file" / "home")
 
 
 def test_home_from_environment(tmp_path, monkeypatch):
