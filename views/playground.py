@@ -374,8 +374,12 @@ def around(positions: np.ndarray, bounds) -> tuple:
 
 def replay(run_id: str, show: int, trail: int, log_scale: bool) -> None:
     """Recorded steps one at a time: each chain's move and, for MH kernels, its verdict."""
-    record = store.get(run_id)
-    ctx = context(record)
+    try:  # a fragment that may rerun every few tenths of a second while another tab deletes
+        record = store.get(run_id)
+        ctx = context(record)
+    except KeyError:
+        st.info("This run was deleted.")
+        return
     if ctx is None or not len(ctx["data"].get("step", ())):
         st.caption("No recorded steps yet.")
         return
