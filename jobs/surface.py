@@ -36,13 +36,19 @@ class Trajectory:
 
 
 def trajectory(store: Store, run_id: str) -> Trajectory:
+    """The run's positions; a chain that diverged is all NaN, so the surface leaves it out: the
+    sampler froze it at its last finite position, often astronomically far out, which would
+    otherwise be the PCA's first axis and set the grid's range."""
     record = store.get(run_id)
     spec = parse_spec(record.spec)
     w0 = store.get_array(run_id, "w0")
+    flags = store.read(run_id, names=["diverged"]).get("diverged")
+    diverged = flags.any(axis=0) if flags is not None and len(flags) else None
     snapshots = store.read(run_id, series="snapshots")
     if snapshots:
         position, steps = snapshots["position"], snapshots["step"]
-        return Trajectory(spec, np.swapaxes(position, 0, 1), steps, w0, "snapshots")
+        positions = _without(diverged, np.swapaxes(position, 0, 1))
+        return Trajectory(spec, positions, steps, w0, "snapshots")
     data = store.read(run_id, names=["step", "position"])
     if "position" not in data or len(data["position"]) == 0:
         raise SpecError("run", f"{run_id} has no recorded positions yet (status {record.status})")
@@ -52,8 +58,17 @@ def trajectory(store: Store, run_id: str) -> Trajectory:
             f"{run_id} recorded only a random projection of its positions and no full snapshots "
             "(record.snapshots = 0); rerun with record.snapshots > 0",
         )
-    positions = np.swapaxes(data["position"], 0, 1)
+    positions = _without(diverged, np.swapaxes(data["position"], 0, 1))
     return Trajectory(spec, positions, data["step"], w0, "records")
+
+
+def _without(diverged: np.ndarray | None, positions: np.ndarray) -> np.ndarray:
+    """``positions`` [chains, draws, d] with the diverged chains' set to NaN."""
+    if diverged is None or not diverged.any():
+        return positions
+    positions = positions.astype(np.result_type(positions, np.float32))  # a copy to write
+    positions[diverged] = np.nan
+    return positions
 
 
 def target_of(spec: RunSpec, device: str = "auto", dtype: str = "float64") -> Target:

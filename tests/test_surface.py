@@ -386,6 +386,31 @@ def test_diverged_chains_and_overflowing_grid_points_are_contained():
         S.surface(target, np.full((2, 5, target.dim), np.nan))
 
 
+def test_a_stored_runs_diverged_chains_stay_out_of_its_surface(tmp_path):
+    # The sampler freezes a diverged chain at its last finite position: finite, but far out.
+    from jobs import surface as surfaces
+
+    store = Store(tmp_path)
+    spec = {"target": {"name": "banana"}, "sampler": {"name": "sgld"}, "chains": 3, "steps": 60}
+    run_id = store.create(parse_spec(spec).model_dump(mode="json"))
+    rng = np.random.default_rng(4)
+    position = rng.standard_normal((60, 3, 2)).astype(np.float32)
+    diverged = np.zeros((60, 3), bool)
+    position[40:, 1], diverged[40:, 1] = 1e30, True
+    loss = np.where(diverged, np.nan, 1.0).astype(np.float32)
+    records = {"step": np.arange(60), "position": position, "loss": loss, "diverged": diverged}
+    store.append(run_id, 0, records)
+    out = surfaces.compute(store, run_id, grid=5, reference="mean", burn_in=0)
+    assert out["diverged_chains"] == 1 and out["path"].shape[0] == 2
+    # the surface of the two healthy chains alone: the same axes, range and grid
+    kept = np.swapaxes(position[:, [0, 2]], 0, 1)
+    target = landscapes.make("banana", device="cpu", dtype="float64")
+    alone = S.surface(target, kept, np.arange(60), grid=5, reference="mean", burn_in=0)
+    assert out["range"] == alone["range"] == 10.0
+    np.testing.assert_allclose(out["explained_variance_ratio"], alone["explained_variance_ratio"])
+    np.testing.assert_allclose(out["loss"], alone["loss"])
+
+
 @pytest.mark.parametrize("name", sorted(landscapes.REGISTRY))
 def test_every_target_gets_a_surface_centred_on_its_reference(name):
     target = landscapes.make(name, device="cpu", dtype="float64")
