@@ -208,3 +208,13 @@ def test_landscape_page_draws_the_runs_surface(runs, home):  # noqa: F811
     at.text_input(key="landscape.components").set_value("1,2").run()
     at.number_input(key="landscape.grid").set_value(40).run()
     assert not at.exception and any("grid" in e.value for e in at.error), errors(at)
+
+
+def test_landscape_page_says_which_chains_diverged(home):  # noqa: F811
+    from test_surface import run_with_a_diverged_chain
+
+    run_with_a_diverged_chain(home)
+    at = page("landscape")
+    assert not errors(at), errors(at)
+    assert any("1 chain(s) diverged" in w.value for w in at.warning)
+    assert json.loads(at.json[0].value)["diverged_chains"] == 1

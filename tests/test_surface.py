@@ -386,11 +386,10 @@ def test_diverged_chains_and_overflowing_grid_points_are_contained():
         S.surface(target, np.full((2, 5, target.dim), np.nan))
 
 
-def test_a_stored_runs_diverged_chains_stay_out_of_its_surface(tmp_path):
-    # The sampler freezes a diverged chain at its last finite position: finite, but far out.
-    from jobs import surface as surfaces
-
-    store = Store(tmp_path)
+def run_with_a_diverged_chain(home) -> tuple[str, np.ndarray]:
+    """A stored 3-chain banana run whose chain 1 diverged at draw 40 and, as the sampler does,
+    stayed frozen where it was: finite, but far out (1e30). Returns its id and positions."""
+    store = Store(home)
     spec = {"target": {"name": "banana"}, "sampler": {"name": "sgld"}, "chains": 3, "steps": 60}
     run_id = store.create(parse_spec(spec).model_dump(mode="json"))
     rng = np.random.default_rng(4)
@@ -400,7 +399,15 @@ def test_a_stored_runs_diverged_chains_stay_out_of_its_surface(tmp_path):
     loss = np.where(diverged, np.nan, 1.0).astype(np.float32)
     records = {"step": np.arange(60), "position": position, "loss": loss, "diverged": diverged}
     store.append(run_id, 0, records)
-    out = surfaces.compute(store, run_id, grid=5, reference="mean", burn_in=0)
+    store.finish(store.claim(1, run_id).id, "completed")
+    return run_id, position
+
+
+def test_a_stored_runs_diverged_chains_stay_out_of_its_surface(tmp_path):
+    from jobs import surface as surfaces
+
+    run_id, position = run_with_a_diverged_chain(tmp_path)
+    out = surfaces.compute(Store(tmp_path), run_id, grid=5, reference="mean", burn_in=0)
     assert out["diverged_chains"] == 1 and out["path"].shape[0] == 2
     # the surface of the two healthy chains alone: the same axes, range and grid
     kept = np.swapaxes(position[:, [0, 2]], 0, 1)

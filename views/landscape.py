@@ -141,6 +141,12 @@ def show(out: dict, npz: bytes, directions: str) -> None:
         f"{out['source']} ({out['path'].shape[0]} chains drawn), {out['seconds']:.2f} s. "
         f"The red square is the next zoom domain, [-{half / 10:g}, {half / 10:g}]²."
     )
+    if out["diverged_chains"]:
+        st.warning(
+            f"{out['diverged_chains']} chain(s) diverged (NaN/Inf) and are left out of the "
+            "directions and the overlay.",
+            icon=ui.WARNING,
+        )
     cols = st.columns(5)
     cols[0].metric("centre loss L(θ*)", table.number(out["centre_loss"]))
     cols[1].metric("lowest loss seen L0", table.number(out["lowest_loss"]))
