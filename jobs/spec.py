@@ -12,7 +12,9 @@ import json
 import math
 import os
 import re
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import torch
@@ -24,6 +26,8 @@ import landscapes
 import samplers
 from landscapes import ParamError, Target
 from samplers import Kernel
+
+from .store import store_home
 
 # Observables computed alongside the chains (jobs.observe): name -> one-line doc.
 OBSERVABLES: dict[str, str] = {
@@ -284,6 +288,18 @@ def _human(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+def _disk_free() -> tuple[Path, int | None]:
+    """The store's home and the bytes free on its disk (None where that cannot be read). A run
+    that fills the disk fails part way, its time lost, so it is refused before it starts."""
+    home = path = store_home()
+    while not path.exists() and path != path.parent:  # not created yet: its nearest ancestor
+        path = path.parent
+    try:
+        return home, shutil.disk_usage(path).free
+    except OSError:
+        return home, None
+
+
 def _device_memory(device: torch.device) -> int:
     """80% of the physical memory of the device the run will use."""
     if device.type == "cuda":
@@ -297,7 +313,9 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
     """The estimate, or a SpecError on "memory" when the device or the store would overflow.
 
     Budget: ``budget_bytes``, else $BASIN_MEMORY_BUDGET (bytes), for both; else 8 GiB for the
-    store and 80% of the device's memory (RAM on CPU) for the device.
+    store and 80% of the device's memory (RAM on CPU) for the device. The run's records must
+    also fit in the space free on the store's disk now (each run on its own: runs queued
+    before it are not counted).
     """
     est = estimate(spec)
     if budget_bytes is None and os.environ.get("BASIN_MEMORY_BUDGET"):
@@ -315,6 +333,14 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
             f"needs ~{_human(est.device_bytes)} of device memory and ~{_human(est.store_bytes)} "
             f"of store, over the budget of {budget}; lower chains or steps, raise thin, "
             "or record fewer positions",
+        )
+    home, free = _disk_free()
+    if free is not None and est.store_bytes > free:
+        raise SpecError(
+            "memory",
+            f"needs ~{_human(est.store_bytes)} of store, but the disk holding {home} has "
+            f"{_human(free)} free; lower chains or steps, raise thin, record fewer positions, "
+            "or free some space (deleting old runs on the Runs page does)",
         )
     return est
 

@@ -270,6 +270,11 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def store_home(home: str | os.PathLike | None = None) -> Path:
+    """Where a Store keeps its runs: ``home``, else $BASIN_HOME, else ./.basin."""
+    return Path(home or os.environ.get("BASIN_HOME") or ".basin").resolve()
+
+
 class StoreError(Exception):
     """The store's home cannot hold runs (missing parent, not a directory, not writable)."""
 
@@ -278,7 +283,7 @@ class Store:
     """Runs and their arrays under ``home`` (argument, else $BASIN_HOME, else ./.basin)."""
 
     def __init__(self, home: str | os.PathLike | None = None):
-        self.home = Path(home or os.environ.get("BASIN_HOME") or ".basin").resolve()
+        self.home = store_home(home)
         self._pid = os.getpid()
         self._local = threading.local()
         try:

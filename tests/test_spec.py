@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -172,6 +173,29 @@ def test_budget_from_environment(monkeypatch):
     with pytest.raises(SpecError) as info:
         check_budget(parse_spec(BASE))
     assert "KiB" in info.value.message or "MiB" in info.value.message
+
+
+def test_a_run_whose_records_would_not_fit_on_the_disk_is_refused(tmp_path, monkeypatch):
+    # 101 records x 3 chains x 14 bytes (test above): 4,242 bytes of store
+    spec = parse_spec(spec_with(steps=1001, thin=10, chains=3))
+    home = tmp_path / "not-yet" / "home"  # not created yet: its nearest ancestor's disk counts
+    monkeypatch.setenv("BASIN_HOME", str(home))
+    seen = []
+
+    def disk_usage(path):
+        seen.append(path)
+        return shutil._ntuple_diskusage(10**9, 10**9 - 4000, 4000)
+
+    monkeypatch.setattr(shutil, "disk_usage", disk_usage)
+    with pytest.raises(SpecError) as info:
+        check_budget(spec, budget_bytes=2**30)
+    assert info.value.field == "memory" and seen == [tmp_path]
+    assert "4.1 KiB of store" in info.value.message and "3.9 KiB free" in info.value.message
+    assert str(home) in info.value.message
+    monkeypatch.setattr(
+        shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 5000, 5000)
+    )
+    assert check_budget(spec, budget_bytes=2**30).store_bytes == 4242
 
 
 def test_small_spec_passes_the_budget():
