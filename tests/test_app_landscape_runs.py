@@ -172,6 +172,28 @@ def test_cancel_and_delete_from_the_runs_page(runs, home):  # noqa: F811
     assert at.multiselect(key="runs.open").value == []
 
 
+def test_every_finished_run_listed_is_deleted_at_once_after_a_confirmation(runs, home):  # noqa: F811
+    store = Store(home)
+    queued = store.create(spec_dict(BANANA))
+    failed = store.create(spec_dict(BANANA))
+    store.finish(store.claim(os.getpid(), failed).id, "failed", error="boom")
+    at = page("runs")
+    at.selectbox(key="runs.status").set_value("completed").run()  # the filter picks them
+    at.button(key="runs.delete_all").click().run()
+    assert len(store.list()) == 4  # nothing happens before the confirmation
+    assert any("Delete the 2 finished run(s)" in w.value for w in at.warning)
+    late = store.create(spec_dict(BANANA))  # finishes after the question: not asked about
+    store.finish(store.claim(os.getpid(), late).id, "completed")
+    at.button(key="runs.delete_all.yes").click().run()
+    assert not errors(at), errors(at)
+    assert {r.id for r in store.list()} == {queued, failed, late}
+    at.selectbox(key="runs.status").set_value("all").run()
+    assert "the 2 finished run(s)" in at.button(key="runs.delete_all").label  # not the queued
+    at.button(key="runs.delete_all").click().run()
+    at.button(key="runs.delete_all.no").click().run()
+    assert len(store.list()) == 3 and not at.warning
+
+
 def test_landscape_page_draws_the_runs_surface(runs, home):  # noqa: F811
     banana, mlp = runs["banana"], runs["mlp"]
     at = page("landscape")

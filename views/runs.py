@@ -1,5 +1,6 @@
 """Runs: every run in the store, live; open some to see their spec, progress and summary, cancel,
-delete, compare side by side, export (NetCDF, .npz, CSV of traces).
+delete (one, or every finished run listed), compare side by side, export (NetCDF, .npz, CSV of
+traces).
 
 Runs live in the store and are executed by worker processes, so they keep going when this tab
 closes and are all here again when it reopens.
@@ -19,6 +20,7 @@ from charts import table
 from jobs.store import FINAL, STATUSES
 
 OPEN = "runs.open"  # the multiselect of opened run ids
+CONFIRM_ALL = "runs.confirm_all"  # the finished runs' ids a bulk delete asks to confirm
 EXPORTS = {
     "NetCDF (ArviZ)": ("nc", "application/x-netcdf"),
     ".npz (numpy)": ("npz", "application/octet-stream"),
@@ -71,6 +73,49 @@ def delete(run_id: str) -> None:
 
 def confirm(run_id: str, value: bool) -> None:
     st.session_state[f"runs.confirm.{run_id}"] = value
+
+
+def delete_many(run_ids: list[str]) -> None:
+    for run_id in run_ids:
+        delete(run_id)
+    st.session_state.pop(CONFIRM_ALL, None)
+
+
+def confirm_all(run_ids: list[str] | None) -> None:
+    """Hold the ids shown when asked: the confirmation deletes those, not runs that finished
+    since."""
+    st.session_state[CONFIRM_ALL] = run_ids
+
+
+def bulk_delete(records: list) -> None:
+    """Delete every finished run listed (the status filter narrows them), after a confirmation."""
+    held = st.session_state.get(CONFIRM_ALL)
+    if held:
+        st.warning(
+            f"Delete the {len(held)} finished run(s) listed and every record of them? This "
+            "cannot be undone.",
+            icon=ui.WARNING,
+        )
+        yes, no = st.columns(2)
+        yes.button(
+            f"Delete {len(held)} runs permanently",
+            key="runs.delete_all.yes",
+            type="primary",
+            on_click=delete_many,
+            args=(held,),
+        )
+        no.button("Keep them", key="runs.delete_all.no", on_click=confirm_all, args=(None,))
+        return
+    finished = [r.id for r in records if r.status in FINAL]
+    if finished:
+        st.button(
+            f"Delete the {len(finished)} finished run(s) listed…",
+            key="runs.delete_all",
+            on_click=confirm_all,
+            args=(finished,),
+            help="completed, cancelled, failed and interrupted runs that the status filter "
+            "shows; queued and running ones are kept",
+        )
 
 
 def actions(record) -> None:
@@ -170,6 +215,7 @@ def runs_view() -> None:
             },
             key="runs.table",
         )
+        bulk_delete(records)
     by_id = {r.id: r for r in everything}
     before = st.session_state.get(OPEN, [])
     kept = [i for i in before if i in by_id]
