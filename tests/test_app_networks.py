@@ -210,6 +210,14 @@ def test_dln_sweep_fills_in_its_plots_and_is_deleted(home):
     assert store.list_sweeps() == [] and store.list() == []
 
 
+def test_a_dln_step_size_out_of_range_names_the_field_and_the_range(home):
+    at = page("dln_benchmark")
+    at.text_input(key="dln.step_sizes").set_value("1e-6, 99").run()  # SGLD's step: at most 10
+    assert any("sweep.step_sizes" in e and "99" in e and "10" in e for e in errors(at))
+    at.button(key="dln.launch").click().run()
+    assert Store(home).list_sweeps() == [] and Store(home).list() == []
+
+
 def test_dln_sweep_over_the_memory_budget_is_refused_before_queuing(home, monkeypatch):
     monkeypatch.setenv("BASIN_MEMORY_BUDGET", str(2**10))
     at = page("dln_benchmark")

@@ -17,7 +17,7 @@ from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import Store
 
 from .live import Live, poll, progress_bar, run_status, stop_polling, sweep_progress
-from .widgets import DONE, STEP_COLUMN, WARNING, param_inputs, spec_error
+from .widgets import DONE, STEP_COLUMN, WARNING, param_inputs, parse_grid, spec_error
 
 __all__ = [
     "DONE",
@@ -28,6 +28,7 @@ __all__ = [
     "device_name",
     "ensure_pool",
     "param_inputs",
+    "parse_grid",
     "poll",
     "progress_bar",
     "run_status",

@@ -4,6 +4,7 @@ allowed range, and never reach a run."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import streamlit as st
@@ -68,8 +69,23 @@ def param_inputs(
     try:
         return {name: spec.param(name).check(value, spec.name) for name, value in raw.items()}
     except ParamError as exc:
-        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon=WARNING)
+        _param_error(exc)
         return None
+
+
+def parse_grid(text: str, base: Param, name: str, length: int, owner: str) -> tuple | None:
+    """A comma-separated list of 1..``length`` values, each within ``base``'s bounds (a sweep's
+    step sizes, say), named ``owner.name`` in errors; None after showing the error inline."""
+    grid = dataclasses.replace(base, name=name, kind="floats", optional=False, length=(1, length))
+    try:
+        return grid.check(text, owner)
+    except ParamError as exc:
+        _param_error(exc)
+        return None
+
+
+def _param_error(exc: ParamError) -> None:
+    st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon=WARNING)
 
 
 def spec_error(exc: Exception) -> None:

@@ -8,7 +8,6 @@ relative error, and order preservation over problem pairs.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import time
 
@@ -20,7 +19,6 @@ import samplers
 import ui
 from jobs import sweep as sweeps
 from jobs.spec import SpecError
-from landscapes import ParamError
 
 DEFAULTS = {k: p.default for k, p in inspect.signature(sweeps.dln_specs).parameters.items()}
 SAMPLERS = [name for name, spec in samplers.REGISTRY.items() if spec.kind == "sgmcmc"]
@@ -29,15 +27,6 @@ STEP = samplers.REGISTRY["sgld"].param("step_size")
 BATCH = samplers.REGISTRY["sgld"].param("batch_size")
 MAX_RUNS = 2000  # a queue larger than this would outlive the session that launched it
 MAX_STEP_SIZES = 12
-
-
-def parse_step_sizes(text: str) -> tuple | None:
-    grid = dataclasses.replace(STEP, name="step_sizes", kind="floats", length=(1, MAX_STEP_SIZES))
-    try:
-        return grid.check(text, "sweep")
-    except ParamError as exc:
-        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon=ui.WARNING)
-        return None
 
 
 st.title("DLN benchmark")
@@ -70,7 +59,7 @@ step_text = c2.text_input(
     ", ".join(f"{s:g}" for s in DEFAULTS["step_sizes"]),
     key="dln.step_sizes",
 )
-step_sizes = parse_step_sizes(step_text)
+step_sizes = ui.parse_grid(step_text, STEP, "step_sizes", MAX_STEP_SIZES, "sweep")
 with st.expander("More settings"):
     c1, c2, c3, c4 = st.columns(4)
     chains = c1.number_input("chains per run", 1, 4096, DEFAULTS["chains"], key="dln.chains")

@@ -7,7 +7,6 @@ per flush: running LLC, loss, distance |w - w0| and MALA acceptance per chain) -
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Literal, get_args, get_origin
 
@@ -23,7 +22,7 @@ from charts.table import number
 from jobs import sweep as sweeps
 from jobs.spec import LLCOptions, SpecError, parse_spec
 from jobs.store import FINAL
-from landscapes import Param, ParamError
+from landscapes import ParamError
 from samplers import llc as llc_math
 
 NETWORKS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "network"]
@@ -95,16 +94,6 @@ def llc_option(name: str, key: str, default=None):
     shown = "" if info.default is None else f"{info.default:g}"
     help_ = (info.description or "") + (" Empty: auto." if info.default is None else "")
     return st.text_input(label, shown, key=key, help=help_ or None).strip() or None
-
-
-def parse_grid(text: str, base: Param, name: str, length: int) -> tuple | None:
-    """A comma-separated list checked against the registry's bounds of ``base``."""
-    grid = dataclasses.replace(base, name=name, kind="floats", optional=False, length=(1, length))
-    try:
-        return grid.check(text, "calibrate")
-    except ParamError as exc:
-        st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon=ui.WARNING)
-        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,10 +392,12 @@ with calibrate_tab:
         )
     with c2:
         nbeta_text = st.text_input("nβ values (empty: n / log n)", "", key="cal.nbetas")
-    step_grid = parse_grid(step_text, sampler_spec.param("step_size"), "step_sizes", MAX_STEP_SIZES)
+    step_size_param = sampler_spec.param("step_size")
+    step_grid = ui.parse_grid(step_text, step_size_param, "step_sizes", MAX_STEP_SIZES, "calibrate")
     nbeta_grid = (None,)
     if nbeta_text.strip():
-        nbeta_grid = parse_grid(nbeta_text, sampler_spec.param("nbeta"), "nbetas", MAX_NBETAS)
+        nbeta_param = sampler_spec.param("nbeta")
+        nbeta_grid = ui.parse_grid(nbeta_text, nbeta_param, "nbetas", MAX_NBETAS, "calibrate")
     if st.button("Calibrate", type="primary", key="cal.run"):
         if not ready or step_grid is None or nbeta_grid is None:
             st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
