@@ -37,6 +37,10 @@ VARIANT = Param(
 )
 FRICTION = Param("friction", "float", 1.0, "friction gamma (rate of the O step)", 0.0, 1e6)
 TEMPERATURE = Param("temperature", "float", 1.0, "temperature T (target exp(-U/T))", 1e-6, 1e6)
+# Reference 000: a > 0 and b1, b2 in (0, 1). At a = 0 a chain whose gradient vanishes in a
+# coordinate (a stationary point, a dead unit) gets the step eps / 0 and diverges at once.
+STABILITY = Param("a", "float", 0.1, "stability constant a (> 0)", 1e-8, 1e6)
+EMA_RATE = (1e-6, 0.999999)  # the open interval (0, 1), closed at 1e-6 from either end
 SG = (STEP, NBETA, LOC, BATCH)
 MH = (STEP, NBETA, LOC)
 
@@ -54,8 +58,8 @@ SPECS = [
         P000 + ", Alg. 3",
         [
             *SG,
-            Param("a", "float", 0.1, "stability constant a", 0.0, 1e6),
-            Param("b", "float", 0.99, "EMA rate b of the squared gradient", 0.0, 0.999999),
+            STABILITY,
+            Param("b", "float", 0.99, "EMA rate b of the squared gradient", *EMA_RATE),
         ],
         RMSPropSGLD,
     ),
@@ -66,9 +70,9 @@ SPECS = [
         P000 + ", Alg. 2",
         [
             *SG,
-            Param("a", "float", 0.1, "stability constant a", 0.0, 1e6),
-            Param("b1", "float", 0.9, "EMA rate b1 of the gradient", 0.0, 0.999999),
-            Param("b2", "float", 0.999, "EMA rate b2 of the squared gradient", 0.0, 0.999999),
+            STABILITY,
+            Param("b1", "float", 0.9, "EMA rate b1 of the gradient", *EMA_RATE),
+            Param("b2", "float", 0.999, "EMA rate b2 of the squared gradient", *EMA_RATE),
         ],
         AdamSGLD,
     ),

@@ -378,6 +378,10 @@ def test_divergence_during_a_run_is_caught():
         ("sgld", {"step": 0.1}, "unknown parameter"),
         ("sgld", {"batch_size": 0}, "sgld.batch_size"),
         ("rmsprop-sgld", {"b": 1.0}, "rmsprop-sgld.b"),
+        # reference 000: a > 0, b1, b2 in (0, 1); at a = 0 a zero gradient made the step inf
+        ("rmsprop-sgld", {"a": 0.0}, "rmsprop-sgld.a: must be a number in [1e-08, 1e+06]"),
+        ("adam-sgld", {"a": 0.0}, "adam-sgld.a: must be a number in [1e-08, 1e+06]"),
+        ("adam-sgld", {"b2": 0.0}, "adam-sgld.b2: must be a number in [1e-06, 0.999999]"),
         ("sghmc", {"friction": 2.0}, "sghmc.friction: must be a number in [1e-09, 1]"),
         ("sghmc", {"variant": "literal"}, "['corrected', 'paper']"),
         ("hmc", {"leapfrog_steps": 0}, "hmc.leapfrog_steps"),
