@@ -60,7 +60,9 @@ class Splitting(Kernel):
 
     def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
         w, p, grad, loss = state.position, state.aux["p"], state.aux["grad"], state.aux["L"]
-        fresh = state.step == 0 or self.fresh_at_end
+        # start() evaluated the gradient here, but on a batch of its own: a step reports the loss
+        # of its own batch (a paired LLC step subtracts w0's on the same batch)
+        fresh = self.fresh_at_end or (state.step == 0 and batch is None)
         h, T = self.step_size, self.temperature
         for letter in self.scheme:
             dt = h * self.fraction[letter]

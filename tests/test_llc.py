@@ -185,6 +185,24 @@ def test_a_paired_step_reports_w0s_loss_on_its_own_batch_and_the_pairs_cut_the_n
     assert float((loss - center).std(0).mean()) < float(loss.std(0).mean()) / 5
 
 
+@pytest.mark.parametrize(
+    "name", ["sgld", "rmsprop-sgld", "adam-sgld", "sghmc", "sgnht", "baoab", "gla1", "gla2"]
+)
+def test_every_minibatch_kernel_pairs_each_steps_loss_with_w0s_on_the_same_batch(name):
+    # A step of 1e-12 leaves the chains at w0, so L_b(w_t) - L_b(w0) is 0 on every step's batch
+    # when both come from the same one; on different batches it is of order the batch noise.
+    # GLA1/GLA2 once reported their first step's loss from the batch that init had drawn.
+    import samplers
+
+    target = landscapes.make("tanh", n=500, device="cpu", dtype="float64")
+    kernel = samplers.make(name, step_size=1e-12, batch_size=50)
+    kernel.paired = True
+    g = torch.Generator().manual_seed(0)
+    state = kernel.init(target.w0.expand(3, -1).clone(), target, g)
+    _, info = kernel.run(state, target, g, 4, fused=False)
+    assert float((info.loss - info.scalars["center_loss"]).abs().max()) < 1e-9
+
+
 def test_pairing_a_kernel_after_its_init_is_refused_with_the_remedy():
     import samplers
 
