@@ -150,16 +150,23 @@ def iat(x: Any, c: float = 5.0) -> np.ndarray:
     by FFT (zero-padded, sample mean removed, 1/K normalisation) and M is the smallest lag with
     M >= c * tau(M) (Sokal; reference 003 uses c = 5, replacing Goodman's acor). Reliable when
     the chain is much longer than c * tau (say > 50 tau); shorter chains underestimate tau.
-    tau < 1 is possible (antithetic chains); like ArviZ it is floored at 1/log10(K). Returns
-    array[chain] for x[chain, draw] and array[chain, dim] for x[chain, draw, dim]; NaN for
-    constant or NaN chains and for fewer than 4 draws. If only every k-th step was stored,
-    multiply by k to get tau in steps.
+
+    tau < 1 is possible (antithetic chains, e.g. fast BAOAB modes). There Sokal's window fails:
+    with rho(1) <= -0.4 the partial sum tau(1) is already below 1/c and the window closes at
+    lag 1 (an AR(1) chain with phi = -0.5 read 0.2 for its exact 1/3). So where rho(1) < 0 the
+    sum runs over Geyer's initial monotone sequence of pair sums rho(2m) + rho(2m+1), the
+    estimator ArviZ's ESS uses, which the alternating signs do not cut short. Like ArviZ, tau is
+    floored at 1/log10(K). Returns array[chain] for x[chain, draw] and array[chain, dim] for
+    x[chain, draw, dim]; NaN for constant or NaN chains and for fewer than 4 draws. If only
+    every k-th step was stored, multiply by k to get tau in steps.
     """
     arr = _draws(x)
     if not c > 0:
         raise ValueError(f"c: the Sokal window constant must be > 0, got {c}")
     series = arr if arr.ndim == 2 else np.moveaxis(arr, 1, -1)  # draws last: [chain, (dim,) K]
     n = series.shape[-1]
+    if n < 4:
+        return np.full(series.shape[:-1], np.nan)
     centred = series - series.mean(axis=-1, keepdims=True)
     n_fft = 1 << (2 * n - 1).bit_length()  # power of two >= 2K: no circular wrap-around
     spectrum = np.fft.rfft(centred, n=n_fft, axis=-1)
@@ -172,10 +179,20 @@ def iat(x: Any, c: float = 5.0) -> np.ndarray:
         ok = lags >= c * taus
     # ok always holds at the last lag (there tau = 0: the centred autocovariances sum to zero).
     tau = np.take_along_axis(taus, ok.argmax(axis=-1)[..., None], axis=-1)[..., 0]
-    if n < 4:
-        return np.full(tau.shape, np.nan)
+    with np.errstate(invalid="ignore"):
+        tau = np.where(rho[..., 1] < 0, _geyer(rho), tau)  # NaN (constant chains) stays NaN
     # Floor as ArviZ does (ESS <= K log10 K): sums of noisy negative lags can reach 0 or below.
-    return np.maximum(tau, 1.0 / math.log10(n))  # NaN (constant or diverged chains) stays NaN
+    return np.maximum(tau, 1.0 / math.log10(n))
+
+
+def _geyer(rho: np.ndarray) -> np.ndarray:
+    """-1 + 2 sum_m G_m over the initial positive, made monotone, pairs G_m = rho(2m) +
+    rho(2m+1) (Geyer 1992): for a reversible chain each G_m > 0 and decreasing."""
+    half = rho.shape[-1] // 2
+    pairs = rho[..., 0 : 2 * half : 2] + rho[..., 1 : 2 * half : 2]
+    initial = np.cumprod(pairs > 0, axis=-1).astype(bool)  # up to the first G_m <= 0
+    pairs = np.minimum.accumulate(np.where(initial, pairs, 0.0), axis=-1)
+    return 2.0 * pairs.sum(axis=-1) - 1.0
 
 
 def ess_from_iat(x: Any, c: float = 5.0) -> float | np.ndarray:

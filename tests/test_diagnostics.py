@@ -55,6 +55,20 @@ def test_iat_iid_is_one_and_dims_are_separate():
     np.testing.assert_allclose(tau.mean(axis=0), [1.0, 3.0, 9.0], rtol=0.15)
 
 
+def test_iat_of_antithetic_ar1_chains_matches_exact_tau():
+    # tau = (1 + phi) / (1 - phi) < 1 for phi < 0. Sokal's window alone closed at lag 1 for
+    # phi <= -0.4 (tau(1) = 1 + 2 phi below 1/5) and returned the floor 1/log10(K), 0.23.
+    rng = np.random.default_rng(2)
+    for phi in (-0.2, -0.4, -0.5):
+        tau = diag.iat(ar1(rng, phi, chains=32, draws=20_000))
+        exact = (1 + phi) / (1 - phi)
+        # the chains' spread gives the mean's Monte Carlo error
+        assert abs(tau.mean() - exact) < 5 * tau.std() / math.sqrt(32), (phi, tau.mean(), exact)
+    # phi = -0.8: tau = 1/9 lies below ArviZ's floor 1/log10(K), where it stops
+    floor = 1 / math.log10(20_000)
+    np.testing.assert_allclose(diag.iat(ar1(rng, -0.8, chains=4, draws=20_000)), floor)
+
+
 def test_iat_degenerate_chains_give_nan_not_errors():
     assert np.isnan(diag.iat(np.zeros((2, 100)))).all()  # constant chains: undefined
     x = np.random.default_rng(13).standard_normal((2, 100))
