@@ -245,6 +245,17 @@ def test_views_read_an_even_subsample_of_the_draws_after_burn_in():
     assert even_sample(position[:50], diverged[:50], burn=100)[2] == 0  # all still burn-in
 
 
+def test_the_ks_bound_counts_no_more_effective_draws_than_the_sample_tested_has():
+    from ui.truths import ks_bound
+
+    c = math.sqrt(-math.log(0.001 / 2) / 2)  # the Kolmogorov quantile at alpha = 0.001
+    # a run with an ESS of 10^6 whose KS distance is taken on an even subsample of 10^5 draws
+    assert ks_bound(1e6, 100_000, 20_000) == pytest.approx(c * math.sqrt(1e-5 + 1 / 20_000))
+    # an ESS below the sample's size is the sample's effective count
+    assert ks_bound(5e3, 100_000, 20_000) == pytest.approx(c * math.sqrt(1 / 5e3 + 1 / 20_000))
+    assert ks_bound(None, 100, 20_000) is None and ks_bound(float("nan"), 100, 20_000) is None
+
+
 def test_runs_keep_at_most_twenty_million_draws_unless_told():
     from ui.truths import auto_thin
 

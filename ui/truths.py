@@ -95,6 +95,16 @@ def even_sample(
     return position[burn::every][:, good], every, total
 
 
+def ks_bound(ess: float | None, drawn: int, exact: int) -> float | None:
+    """The KS distance bound (alpha = 0.001) for ``drawn`` of a run's draws, an even subsample,
+    against ``exact`` exact draws; None without a usable ESS. The run's ESS counts all of its
+    draws, and a subsample of them holds at most as many effective draws as it has draws: a
+    long, well-mixed run's ESS passed as is made the bound too tight for the sample tested."""
+    if ess is None or not np.isfinite(ess) or ess <= 0 or drawn < 1:
+        return None
+    return diagnostics.ks_bound(min(ess, drawn), exact)
+
+
 def auto_thin(chains: int, steps: int) -> int:
     """The smallest thin that keeps at most AUTO_DRAWS draws."""
     return max(1, -(-chains * steps // AUTO_DRAWS))

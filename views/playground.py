@@ -31,6 +31,7 @@ from ui.truths import (
     POTENTIALS,
     even_sample,
     exact_draws,
+    ks_bound,
     labels_of,
     run_length,
     tail_ess,
@@ -247,8 +248,7 @@ def diagnostics_rows(ctx: dict, record, draws: np.ndarray, tails: list[float]) -
         if exact is not None and x.size:
             ks = float(diagnostics.ks_distance(x, exact[:, i])[0])
             ess = coords["ess_bulk"][i] if coords else None
-            if ess is not None and np.isfinite(ess) and ess > 0:
-                ks_limit = diagnostics.ks_bound(ess, len(exact))
+            ks_limit = ks_bound(ess, x.size, len(exact))
         exact_p = exact_tail(target, exact, i, tails[i]) if ctx["truths"] else None
         mean, sd = exact_moments(target, exact, i) if ctx["truths"] else (None, None)
         rows.append(
