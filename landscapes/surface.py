@@ -18,6 +18,7 @@ eigenvectors come from Lanczos (ARPACK) on Hessian-vector products.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -315,7 +316,8 @@ def finite(values: Tensor) -> np.ndarray:
 def coordinates(grid: int, half_width: float) -> np.ndarray:
     """``grid`` equidistant coordinates on [-half_width, half_width], endpoints included, with the
     centre exactly 0 (so the grid's centre is theta* itself)."""
-    if not (isinstance(grid, int) and 3 <= grid <= 1001 and grid % 2 == 1):
+    whole = isinstance(grid, numbers.Integral) and not isinstance(grid, bool)  # numpy's too
+    if not (whole and 3 <= grid <= 1001 and grid % 2 == 1):
         raise ParamError("grid", f"must be an odd integer in [3, 1001], got {grid!r}")
     if not (math.isfinite(half_width) and half_width > 0):
         raise ParamError("range", f"must be a finite number > 0, got {half_width!r}")

@@ -30,6 +30,7 @@ def test_grid_centre_is_the_reference_loss_and_chunks_do_not_change_the_grid():
     vectors = S.random_directions(target, theta, seed=1).vectors
     c = S.coordinates(9, 0.5)
     assert c[4] == 0.0 and c[0] == -0.5 and c[-1] == 0.5
+    np.testing.assert_array_equal(S.coordinates(np.int64(9), 0.5), c)  # e.g. from an array
     one = S.grid_losses(target, theta, vectors, c, c, chunk=1)
     some = S.grid_losses(target, theta, vectors, c, c, chunk=7)
     all_at_once = S.grid_losses(target, theta, vectors, c, c, chunk=81)
