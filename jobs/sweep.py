@@ -202,10 +202,14 @@ def dln_results(store: Store, sweep: dict) -> dict:
 
 
 def _curve(store: Store, run_id: str, spec: RunSpec, summary: dict) -> dict:
-    """The running lambda_hat (mean over finite chains) against the step, <= CURVE_POINTS."""
-    data = store.read(run_id, names=["step", "loss"])
+    """The running lambda_hat (mean over finite chains) against the step, <= CURVE_POINTS.
+    A paired run's losses are taken relative to w0's on the same batch, as its estimate is."""
+    data = store.read(run_id, names=["step", "loss", "center_loss"])
     burn = math.ceil(spec.burn_in / spec.thin)
-    run = llc.running(data["loss"], summary["baseline_loss"], summary["nbeta"], burn)
+    loss = data["loss"]
+    if "center_loss" in data:
+        loss = loss - data["center_loss"] + summary["baseline_loss"]
+    run = llc.running(loss, summary["baseline_loss"], summary["nbeta"], burn)
     with np.errstate(invalid="ignore"):
         good = np.isfinite(run[-1]) if len(run) else np.zeros(0, bool)
         mean = run[:, good].mean(1) if good.any() else np.full(len(run), np.nan)

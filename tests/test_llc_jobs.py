@@ -11,7 +11,9 @@ import torch
 from test_jobs import cli
 
 import landscapes
+from jobs.spec import parse_spec
 from jobs.store import Store
+from jobs.sweep import _curve
 
 
 def run_json(home, *args: str) -> dict:
@@ -69,6 +71,11 @@ def test_cli_llc_trains_w0_records_it_and_streams_live_signals(tmp_path):
     assert flushes["llc"][-1] == pytest.approx(est["per_chain"], rel=1e-9)
     assert ((flushes["acceptance"] >= 0) & (flushes["acceptance"] <= 1)).all()
     assert (flushes["distance"] > 0).all()
+    # The calibration grid's curve, from the records (every step here), ends at the estimate:
+    # a minibatch step pairs its loss with w0's on the same batch, the curve too.
+    spec = parse_spec(store.get(run_id).spec)
+    curve = _curve(store, run_id, spec, est)
+    assert curve["llc"][-1] == pytest.approx(est["mean"], rel=1e-6)
 
 
 def test_llc_options_are_validated_by_name(tmp_path):
