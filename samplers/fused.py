@@ -230,13 +230,28 @@ class GraphedChunk:
         return graph, inputs, outputs
 
 
-# Inductor lowers ``scan`` to a while loop that indexes its buffers with the loop counter's
-# value, a data-dependent scalar that dynamo must be allowed to capture.
-torch._dynamo.config.capture_scalar_outputs = True
+def with_compiler_settings(compiled):
+    """``compiled`` called with the compiler settings it needs, since a call may compile it.
+    torch keeps them in context variables, one set per thread: set once at import, they were
+    missing in any other thread, where the compile then failed (DataDependentOutputException).
+    (``config.patch`` around each call cost ~65 us; reading the two settings ~1 us.)"""
+    config = torch._dynamo.config
 
-# Every compiled chunk shares the code object of ``run`` above, and dynamo counts recompilations
-# per code object: allow one per (kernel, target, chunk length, shape) a session may use.
-torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+    def call(*args):
+        # Inductor lowers ``scan`` to a while loop that indexes its buffers with the loop
+        # counter's value, a data-dependent scalar that dynamo must be allowed to capture.
+        if not config.capture_scalar_outputs:
+            config.capture_scalar_outputs = True
+        # Every compiled chunk shares the code object of ``run`` above, and dynamo counts
+        # recompilations per code object: one per (kernel, target, chunk length, shape).
+        if config.recompile_limit < RECOMPILE_LIMIT:
+            config.recompile_limit = RECOMPILE_LIMIT
+        return compiled(*args)
+
+    return call
+
+
+RECOMPILE_LIMIT = 256
 
 # On CPU at C = 64, allocating a step's intermediate tensors takes longer than its arithmetic.
 # Inductor's C++ wrapper allocates ~3x faster than its Python one (it lengthens the first
@@ -310,10 +325,11 @@ class Compiled:
         self.single = single_threaded(device, chains, kernel, target)
         options = compile_options(device, target, self.single)
         if device.type == "cuda":
-            self.chunk = GraphedChunk(kernel, target, positions, options)
+            chunk = GraphedChunk(kernel, target, positions, options)
         else:
             run = chunk_steps(kernel, target, positions)
-            self.chunk = torch.compile(run, dynamic=False, options=options)
+            chunk = torch.compile(run, dynamic=False, options=options)
+        self.chunk = with_compiler_settings(chunk)
         self.device = device
         self.plan: list[tuple] | None = None
         self._active: dict[tuple[int, int], Tensor] = {}

@@ -306,3 +306,24 @@ def test_one_thread_blocks_overlapping_in_two_threads_leave_each_its_own_count()
     leave.set()
     t.join(10)
     assert torch.get_num_threads() == before and seen[0] == 1
+
+
+def test_a_run_compiles_in_a_thread_other_than_the_one_that_imported_samplers():
+    # torch keeps its compiler's settings per thread; a compiled run started from a thread
+    # (here, as a program's worker thread might) once failed to compile.
+    import threading
+
+    target = landscapes.make("banana", device=DEVICE)
+
+    def run() -> torch.Tensor:
+        kernel = samplers.make("hmc", step_size=0.1, leapfrog_steps=3)  # its own compile
+        g = torch.Generator(device=DEVICE).manual_seed(0)
+        state = kernel.init(target.initial(g, 16), target, g)
+        return kernel.run(state, target, g, 40, fused=True)[0].position
+
+    got = []
+    thread = threading.Thread(target=lambda: got.append(run()))
+    thread.start()
+    thread.join()
+    assert got, "the run in the thread raised"
+    torch.testing.assert_close(got[0], run(), rtol=0, atol=0)
