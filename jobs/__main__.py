@@ -52,20 +52,27 @@ def _pairs(items: list[str], flag: str) -> dict:
 
 
 def spec_from_args(args: argparse.Namespace) -> dict:
-    """The spec dict from a spec file and/or flags (flags win)."""
+    """The spec dict from a spec file and/or flags (flags win: --target and --sampler replace
+    the file's, --target-param and --param set single parameters of whichever is chosen)."""
     data: dict = {}
     if args.spec:
         try:
             data = json.loads(Path(args.spec).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON
             raise SpecError("spec", f"cannot read {args.spec}: {exc}") from None
-    if args.target:
-        data["target"] = {
-            "name": args.target,
-            "params": _pairs(args.target_param, "--target-param"),
-        }
-    if args.sampler:
-        data["sampler"] = {"name": args.sampler, "params": _pairs(args.param, "--param")}
+        if not isinstance(data, dict):
+            raise SpecError("spec", f"{args.spec} must hold a JSON object, not {_kind(data)}")
+    for role, name, flag, items in (
+        ("target", args.target, "--target-param", args.target_param),
+        ("sampler", args.sampler, "--param", args.param),
+    ):
+        if name:
+            data[role] = {"name": name, "params": {}}
+        if items:
+            part = data.get(role)
+            if not (isinstance(part, dict) and isinstance(part.get("params", {}), dict)):
+                raise SpecError(role, f"{flag} needs a {role}: give --{role} NAME")
+            part["params"] = {**part.get("params", {}), **_pairs(items, flag)}
     for key in (
         "chains",
         "steps",
@@ -95,8 +102,32 @@ def spec_from_args(args: argparse.Namespace) -> dict:
         if getattr(args, key) is not None
     }
     if llc:
-        data["llc"] = {**data.get("llc", {}), **llc}
+        given = data.get("llc", {})
+        if not isinstance(given, dict):
+            raise SpecError("llc", f"must be a JSON object, got {_kind(given)}")
+        data["llc"] = {**given, **llc}
     return data
+
+
+def _kind(value) -> str:
+    return {list: "a list", str: "a string", dict: "an object"}.get(type(value), repr(value))
+
+
+def _out_path(path: str, flag: str = "--out") -> Path:
+    """``path`` as a file to write, checked before the work that fills it."""
+    out = Path(path)
+    if out.is_dir():
+        raise SpecError(flag, f"{path} is a folder; give a file name in it")
+    if not out.parent.is_dir():
+        raise SpecError(flag, f"the folder {out.parent} does not exist")
+    return out
+
+
+def _write(path: Path, write, flag: str = "--out"):
+    try:
+        return write(path)
+    except OSError as exc:  # e.g. no permission, disk full
+        raise SpecError(flag, f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _add_spec_flags(p: argparse.ArgumentParser) -> None:
@@ -167,7 +198,7 @@ class StatusLine:
 
 def cmd_run(args: argparse.Namespace, store: Store) -> int:
     from .run import execute
-    from .worker import heartbeat
+    from .worker import cancelled, heartbeat
 
     spec = _validated(args)
     run_id = store.create(spec.model_dump(mode="json"))
@@ -182,7 +213,7 @@ def cmd_run(args: argparse.Namespace, store: Store) -> int:
 
     try:
         with heartbeat(store, run_id):
-            summary = execute(spec, store, record.id, on_progress=report)
+            summary = execute(spec, store, record.id, cancelled(store, run_id), report)
     except KeyboardInterrupt:
         store.finish(run_id, "cancelled", error="interrupted from the keyboard")
         status.close()
@@ -208,6 +239,8 @@ def cmd_submit(args: argparse.Namespace, store: Store) -> int:
 
 
 def _show(record) -> dict:
+    from .run import Progress
+
     return {
         "run_id": record.id,
         "status": record.status,
@@ -216,7 +249,8 @@ def _show(record) -> dict:
         "created": record.created,
         "started": record.started,
         "finished": record.finished,
-        "progress": record.progress,
+        # a queued run (or one before its first flush) has no progress yet: its zero
+        "progress": record.progress or Progress(0, record.spec["steps"], 0.0, None).as_dict(),
         "worker_pid": record.worker_pid,
         "error": record.error,
         "summary": record.summary,
@@ -258,16 +292,24 @@ def cmd_export(args: argparse.Namespace, store: Store) -> int:
     record = store.get(args.id)
     spec = parse_spec(record.spec)
     burn = math.ceil(spec.burn_in / spec.thin)  # the store keeps every thin-th step already
+    if store.records(args.id) <= burn:
+        kept = "no records yet" if record.status in ("queued", "running") else "no records"
+        after = " after its burn-in" if burn else ""
+        raise SpecError("id", f"run {args.id} has {kept}{after} (status {record.status})")
     export = store.export_netcdf if args.format == "netcdf" else store.export_npz
-    print(export(args.id, args.out, burn_in=burn))
+    out = _out_path(args.out)
+    print(_write(out, lambda path: export(args.id, path, burn_in=burn)))
     return 0
 
 
 def _floats(text: str, flag: str) -> tuple[float, ...]:
     try:
-        return tuple(float(v) for v in text.replace(" ", "").split(",") if v)
+        values = tuple(float(v) for v in text.replace(" ", "").split(",") if v)
     except ValueError:
-        raise SpecError(flag, f"must be comma-separated numbers, got {text!r}") from None
+        values = ()
+    if not values:
+        raise SpecError(flag, f"must be one or more comma-separated numbers, got {text!r}")
+    return values
 
 
 def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
@@ -288,17 +330,19 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
         return _print_sweep(sweep.results(store, args.id), args.json)
     step_sizes = _floats(args.step_sizes, "--step-sizes")
     if args.sweep == "dln":
-        samplers_ = tuple(s for s in args.samplers.split(",") if s)
+        samplers_ = tuple(s for s in args.samplers.replace(" ", "").split(",") if s)
+        if not samplers_:
+            raise SpecError("--samplers", f"must name one or more samplers, got {args.samplers!r}")
         params, cells = sweep.dln_specs(
             size_class=args.size_class,
             problems=args.problems,
             samplers=samplers_,
             step_sizes=step_sizes,
-            steps=args.steps or 5000,
-            chains=args.chains or 1,
+            steps=5000 if args.steps is None else args.steps,  # 0 is refused, not replaced
+            chains=1 if args.chains is None else args.chains,
             batch_size=args.batch_size,
             n=args.n,
-            seed=args.seed or 0,
+            seed=0 if args.seed is None else args.seed,
             device=args.device or "auto",
             dtype=args.dtype or "float32",
         )
@@ -370,9 +414,10 @@ def cmd_surface(args: argparse.Namespace, store: Store) -> int:
     }
     if args.burn_in is not None:
         options["burn_in"] = args.burn_in
+    path = _out_path(args.out) if args.out else None  # before the surface is computed
     out = surface.compute(store, args.id, device=args.device, dtype=args.dtype, **options)
-    if args.out:
-        surface.save(out, args.out)
+    if path:
+        _write(path, lambda p: surface.save(out, p))
     facts = surface.summary(out)
     if args.out:
         facts["out"] = str(args.out)

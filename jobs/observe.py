@@ -19,23 +19,11 @@ from landscapes import ParamError, Target
 from samplers import Kernel, llc
 from samplers.training import random_init, train
 
-from .spec import RunSpec, SpecError
+from .spec import RunSpec, SpecError, resolve_w0, target_facts
 from .store import Store
 
 EVAL_POINTS = 8192  # the fixed data subset on which the live MALA diagnostic evaluates U
 TRAIN_REPORT_S = 0.5
-
-
-def w0_mode(spec: RunSpec, target: Target) -> str:
-    """``llc.w0`` with "auto" resolved: train on data targets, else the target's known point."""
-    mode = spec.llc.w0
-    if mode == "auto":
-        mode = "train" if target.n is not None else ("truth" if target.w0 is not None else "init")
-    if mode == "truth" and target.w0 is None:
-        raise SpecError("llc.w0", f"{target.name} has no known truth; use 'train' or 'init'")
-    if mode == "train" and target.n is None:
-        raise SpecError("llc.w0", f"{target.name} has no data to train on; use 'truth' or 'init'")
-    return mode
 
 
 class LLCObserver:
@@ -58,7 +46,7 @@ class LLCObserver:
         """[C, d]: every chain at w0 (trained, the truth or an initialisation)."""
         spec, target, opts = self.spec, self.target, self.spec.llc
         g = torch.Generator(device=device).manual_seed(spec.seed + 104_729)  # not the chains'
-        self.mode = w0_mode(spec, target)
+        self.mode = resolve_w0(spec, target_facts(spec))
         self.training = None
         w0 = target.w0 if self.mode == "truth" else random_init(target, g)
         if self.mode == "train":

@@ -192,7 +192,10 @@ def execute(
     if on_progress:
         on_progress(progress)
     status = "cancelled" if stopped else "completed"
-    summary = summarise(spec, est, store, run_id, status, seconds, done, kernel, initial_loss)
+    final = state.diverged.cpu().numpy()  # a chain may diverge after the last thinned record
+    summary = summarise(
+        spec, est, store, run_id, status, seconds, done, kernel, initial_loss, final
+    )
     summary["sampling_seconds"] = sampling
     summary["compiled"] = fused  # whether the steps ran as compiled chunks (spec.compile)
     if observers:
@@ -317,11 +320,12 @@ def summarise(
     done: int,
     kernel,
     initial_loss: torch.Tensor,
+    diverged: np.ndarray,
 ) -> dict:
-    """The run's summary: what ``python -m jobs run --json`` prints and the Store keeps."""
+    """The run's summary: what ``python -m jobs run --json`` prints and the Store keeps.
+    ``diverged`` [chains]: the chains diverged by the run's end."""
     data = store.read(run_id)
     burn = math.ceil(spec.burn_in / spec.thin)  # records from the burn-in
-    diverged = data["diverged"][-1] if len(data.get("diverged", ())) else np.zeros(0, bool)
     good = ~diverged  # a diverged chain is frozen where it was: keep it out of the moments
     if good.all():  # the usual case: a slice is a view, a mask would copy every record
         good = slice(None)

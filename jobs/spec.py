@@ -15,7 +15,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, NamedTuple, get_args, get_origin
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -239,26 +239,49 @@ class Estimate:
     positions: str  # "all", "projection" or "none": "auto" resolved
 
 
-@functools.lru_cache(maxsize=64)
-def _target_facts(name: str, params_json: str) -> tuple[int, int, int]:
-    """(d, numel of floating tensors, bytes of other tensors) of a target built on the CPU.
+class TargetFacts(NamedTuple):
+    dim: int
+    floats: int  # numel of its floating tensors (data, truths)
+    other_bytes: int  # bytes of its other tensors (labels, indices)
+    has_data: bool  # a training set (n), which w0 can be trained on
+    has_truth: bool  # a known true parameter w0
 
-    Only numbers are cached: holding the target would keep its dataset alive.
-    """
+
+@functools.lru_cache(maxsize=64)
+def _target_facts(name: str, params_json: str) -> TargetFacts:
+    """What a run needs to know of its target before it starts, from the target built on the
+    CPU. Only these facts are cached: holding the target would keep its dataset alive."""
     target = landscapes.make(name, device="cpu", dtype="float32", **json.loads(params_json))
     tensors = [v for v in vars(target).values() if isinstance(v, torch.Tensor)]
     floats = sum(t.numel() for t in tensors if t.is_floating_point())
     others = sum(t.numel() * t.element_size() for t in tensors if not t.is_floating_point())
-    return target.dim, floats, others
+    return TargetFacts(target.dim, floats, others, target.n is not None, target.w0 is not None)
+
+
+def target_facts(spec: RunSpec) -> TargetFacts:
+    key = json.dumps(spec.target.params, sort_keys=True)
+    try:
+        return _target_facts(spec.target.name, key)
+    except ParamError as exc:  # e.g. a DLN size class whose dataset is too big to hold
+        raise SpecError(*_param_error(exc, "target", spec.target.name)) from None
+
+
+def resolve_w0(spec: RunSpec, facts: TargetFacts) -> str:
+    """``llc.w0`` with "auto" resolved: train on data targets, else the target's known point,
+    else an initialisation; a SpecError where the target cannot give the one asked for."""
+    mode, name = spec.llc.w0, spec.target.name
+    if mode == "auto":
+        mode = "train" if facts.has_data else ("truth" if facts.has_truth else "init")
+    if mode == "truth" and not facts.has_truth:
+        raise SpecError("llc.w0", f"{name} has no known truth; use 'train' or 'init'")
+    if mode == "train" and not facts.has_data:
+        raise SpecError("llc.w0", f"{name} has no data to train on; use 'truth' or 'init'")
+    return mode
 
 
 def estimate(spec: RunSpec) -> Estimate:
     """Device and store bytes of a run, from d (the target is built on the CPU to find it)."""
-    key = json.dumps(spec.target.params, sort_keys=True)
-    try:
-        dim, data_floats, data_other = _target_facts(spec.target.name, key)
-    except ParamError as exc:  # e.g. a DLN size class whose dataset is too big to hold
-        raise SpecError(*_param_error(exc, "target", spec.target.name)) from None
+    dim, data_floats, data_other, _, _ = target_facts(spec)
     itemsize = 4 if spec.dtype == "float32" else 8
     positions = spec.record.positions
     if positions == "auto":
@@ -310,7 +333,8 @@ def _device_memory(device: torch.device) -> int:
 
 
 def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
-    """The estimate, or a SpecError on "memory" when the device or the store would overflow.
+    """The estimate, or a SpecError on "memory" when the device or the store would overflow,
+    checked before a run is queued, as is what else needs the built target (an LLC's w0).
 
     Budget: ``budget_bytes``, else $BASIN_MEMORY_BUDGET (bytes), for both; else 8 GiB for the
     store and 80% of the device's memory (RAM on CPU) for the device. The run's records must
@@ -318,8 +342,10 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
     before it are not counted).
     """
     est = estimate(spec)
+    if "llc" in spec.observables:
+        resolve_w0(spec, target_facts(spec))  # else the worker would fail the run later
     if budget_bytes is None and os.environ.get("BASIN_MEMORY_BUDGET"):
-        budget_bytes = int(os.environ["BASIN_MEMORY_BUDGET"])
+        budget_bytes = _budget_from_env(os.environ["BASIN_MEMORY_BUDGET"])
     if budget_bytes is not None:
         device_budget = store_budget = budget_bytes
     else:
@@ -343,6 +369,16 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
             "or free some space (deleting old runs on the Runs page does)",
         )
     return est
+
+
+def _budget_from_env(text: str) -> int:
+    try:
+        budget = int(text)
+    except ValueError:
+        budget = 0
+    if budget <= 0:
+        raise SpecError("BASIN_MEMORY_BUDGET", f"must be a number of bytes > 0, got {text!r}")
+    return budget
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,7 +51,8 @@ def trajectory(store: Store, run_id: str) -> Trajectory:
         return Trajectory(spec, positions, steps, w0, "snapshots")
     data = store.read(run_id, names=["step", "position"])
     if "position" not in data or len(data["position"]) == 0:
-        raise SpecError("run", f"{run_id} has no recorded positions yet (status {record.status})")
+        yet = " yet" if record.status in ("queued", "running") else ""
+        raise SpecError("run", f"{run_id} has no recorded positions{yet} (status {record.status})")
     if store.get_array(run_id, "projection") is not None:
         raise SpecError(
             "run",

@@ -23,7 +23,7 @@ import numpy as np
 
 from samplers import llc
 
-from .spec import RunSpec, check_budget, parse_spec
+from .spec import RunSpec, SpecError, check_budget, parse_spec
 from .store import FINAL, Store
 
 CURVE_POINTS = 200  # points per lambda_hat-versus-steps curve handed to the app
@@ -48,6 +48,11 @@ def dln_specs(
     ``seed + p``; every run starts at the generating point and uses the paper's burn-in."""
     params = dict(locals())
     params["samplers"], params["step_sizes"] = list(samplers), list(step_sizes)
+    if problems < 1:
+        raise SpecError("problems", f"must be an integer >= 1, got {problems}")
+    for field, values in (("samplers", samplers), ("step_sizes", step_sizes)):
+        if not values:
+            raise SpecError(field, "must hold at least one value, got none")
     cells = []
     for problem in range(problems):
         for sampler in samplers:
@@ -88,6 +93,9 @@ def calibration_specs(
     if "llc" not in data["observables"]:
         data["observables"] = [*data["observables"], "llc"]
     params = {"base": data, "step_sizes": list(step_sizes), "nbetas": list(nbetas)}
+    for field, values in (("step_sizes", step_sizes), ("nbetas", nbetas)):
+        if not values:
+            raise SpecError(field, "must hold at least one value, got none")
     cells = []
     for nbeta in nbetas:
         for step_size in step_sizes:

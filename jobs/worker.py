@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 from .spec import SpecError, parse_spec
 from .store import Store
@@ -49,16 +50,10 @@ def run_one(store: Store, record, threads: int | None = None) -> None:
     if threads:
         torch.set_num_threads(threads)
 
-    def stop() -> bool:  # asked between blocks: the sampling stops here, the summary follows
-        if store.get(record.id).cancel_requested:
-            store.finish(record.id, "cancelled")
-            return True
-        return False
-
     with heartbeat(store, record.id):
         try:
             spec = parse_spec(record.spec)
-            summary = execute(spec, store, record.id, stop)
+            summary = execute(spec, store, record.id, cancelled(store, record.id))
             store.finish(record.id, summary["status"], summary=summary)
         except KeyError:  # the run was deleted while it ran: nothing left to report to
             return
@@ -67,6 +62,19 @@ def run_one(store: Store, record, threads: int | None = None) -> None:
         except Exception as exc:
             detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
             store.finish(record.id, "failed", error=detail)
+
+
+def cancelled(store: Store, run_id: str) -> Callable[[], bool]:
+    """``execute``'s ``should_stop`` for a run in the store: true once a cancel was asked for
+    (``python -m jobs cancel``, the Runs page), when the run is marked cancelled at once."""
+
+    def stop() -> bool:  # asked between blocks: the sampling stops here, the summary follows
+        if store.get(run_id).cancel_requested:
+            store.finish(run_id, "cancelled")
+            return True
+        return False
+
+    return stop
 
 
 @contextlib.contextmanager

@@ -458,6 +458,8 @@ def surface(
         raise ParamError("every", f"must be >= 1, got {every}")
     if path_chains < 1:
         raise ParamError("path_chains", f"must be >= 1, got {path_chains}")
+    if not 0 <= seed < 2**63:  # numpy's generators take no negative seed
+        raise ParamError("seed", f"must be an integer in [0, 2^63), got {seed}")
 
     # The overlay: thinned draws of a few chains, each with its true full-data loss.
     shown = kept[:path_chains]

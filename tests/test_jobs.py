@@ -395,3 +395,134 @@ def test_momentum_kernels_record_their_scalars_per_step(tmp_path):
     assert data["kinetic"].shape == data["thermostat"].shape == (64, 8)
     assert (data["kinetic"] >= 0).all()
     assert summary["scalars"]["kinetic"] == pytest.approx(float(data["kinetic"].mean()), rel=1e-6)
+
+
+# -- the CLI's edges, in this process (jobs.__main__.main): each answer names what was wrong --
+
+
+def main(home: Path, *argv: str) -> int:
+    from jobs.__main__ import main as jobs_main
+
+    os.environ["BASIN_HOME"] = str(home)  # the caller's monkeypatch restores it
+    return jobs_main(list(argv))
+
+
+MALA = ["--target", "banana", "--sampler", "mala", "--param", "step_size=0.1"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("BASIN_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_bad_spec_files_and_flags_exit_2_with_one_message(home, capsys, monkeypatch):
+    spec = {"target": {"name": "banana", "params": {}}, "steps": 100}
+    cases = [
+        (b"\xff\xfe{}", [], "spec: cannot read"),  # not UTF-8
+        (b"[1, 2]", MALA, "must hold a JSON object, not a list"),
+        (json.dumps({**spec, "llc": [1]}).encode(), ["--w0", "init"], "llc: must be a JSON"),
+        (json.dumps(spec).encode(), ["--param", "step_size=1"], "--param needs a sampler"),
+    ]
+    for i, (content, flags, message) in enumerate(cases):
+        path = home / f"spec{i}.json"
+        path.write_bytes(content)
+        assert main(home, "submit", str(path), *flags) == 2, message
+        assert message in capsys.readouterr().err
+    # an LLC that cannot start is refused when queued, not failed later by the worker
+    assert main(home, "submit", *MALA, "--observe", "llc", "--w0", "train") == 2
+    assert "llc.w0: banana has no data to train on" in capsys.readouterr().err
+    monkeypatch.setenv("BASIN_MEMORY_BUDGET", "1GB")
+    assert main(home, "submit", *MALA) == 2
+    err = capsys.readouterr().err
+    assert "BASIN_MEMORY_BUDGET: must be a number of bytes > 0, got '1GB'" in err
+    monkeypatch.delenv("BASIN_MEMORY_BUDGET")
+    assert Store(home).list() == []  # nothing was queued
+
+
+def test_flags_set_single_parameters_of_a_spec_files_target_and_sampler(home, capsys):
+    path = home / "spec.json"
+    path.write_text(json.dumps({"target": {"name": "banana", "params": {"b": 0.1}}, "steps": 10}))
+    assert main(home, "submit", str(path), "--sampler", "mala", "--param", "step_size=0.5") == 0
+    assert main(home, "submit", str(path), "--target-param", "a=3", "--sampler", "ula") == 0
+    first, second = (Store(home).get(i).spec for i in capsys.readouterr().out.split())
+    assert first["sampler"]["params"]["step_size"] == 0.5
+    assert first["target"]["params"]["b"] == 0.1
+    assert second["target"]["params"]["a"] == 3.0 and second["target"]["params"]["b"] == 0.1
+
+
+def test_sweep_grids_must_be_non_empty_and_zero_is_refused_not_replaced(home, capsys):
+    dln = ["sweep", "dln", "--problems", "1", "--submit-only"]
+    cases = [
+        ([*dln, "--samplers", "sgld", "--step-sizes", "1e-6", "--steps", "0"], "steps"),
+        ([*dln, "--samplers", "sgld", "--step-sizes", "1e-6", "--chains", "0"], "chains"),
+        (["sweep", "dln", "--problems", "0", "--step-sizes", "1e-6"], "problems: must be"),
+        ([*dln, "--samplers", ",", "--step-sizes", "1e-6"], "--samplers: must name one or more"),
+        ([*dln, "--samplers", "sgld", "--step-sizes", ","], "--step-sizes: must be one or more"),
+        (
+            ["sweep", "calibrate", "--target", "rrr", "--sampler", "sgld", "--step-sizes", "1e-6"],
+            "--nbetas: must be one or more",
+        ),
+    ]
+    cases[-1][0].extend(["--nbetas", ",", "--submit-only"])
+    for argv, message in cases:
+        assert main(home, *argv) == 2, argv
+        assert message in capsys.readouterr().err
+    assert Store(home).list() == [] and Store(home).list_sweeps() == []
+
+
+def test_export_and_surface_refuse_what_they_cannot_write_before_working(home, capsys):
+    assert main(home, "submit", *MALA) == 0
+    queued = capsys.readouterr().out.strip()
+    assert main(home, "show", queued, "--json") == 0  # a queued run's progress is its zero
+    progress = json.loads(capsys.readouterr().out)["progress"]
+    assert progress["steps_done"] == 0 and progress["steps_total"] == 1000
+    assert main(home, "export", queued, "--out", str(home / "q.npz")) == 2
+    assert f"run {queued} has no records yet (status queued)" in capsys.readouterr().err
+    assert main(home, "run", *MALA, "--chains", "4", "--steps", "200", "--json") == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    for argv, message in [
+        (["export", run_id, "--out", str(home / "nowhere" / "x.npz")], "--out: the folder"),
+        (["export", run_id, "--format", "netcdf", "--out", str(home)], "is a folder"),
+        (["surface", run_id, "--out", str(home / "nowhere" / "s.npz")], "--out: the folder"),
+        (["surface", run_id, "--directions", "random", "--seed", "-1"], "seed: must be"),
+    ]:
+        assert main(home, *argv) == 2, argv
+        assert message in capsys.readouterr().err
+    assert main(home, "export", run_id, "--out", str(home / "x.npz")) == 0
+    assert np.load(home / "x.npz")["position"].shape == (4, 200, 2)
+
+
+def test_diverged_chains_counts_those_that_diverged_after_the_last_thinned_record(home, capsys):
+    # ULA at a step far past the banana's stability limit: chains blow up over the 1000 steps
+    ula = ["--target", "banana", "--sampler", "ula", "--param", "step_size=0.4"]
+    args = [*ula, "--chains", "8", "--steps", "1000", "--compile", "never", "--json"]
+    assert main(home, "run", *args) == 0
+    every = json.loads(capsys.readouterr().out)
+    flags = Store(home).read(every["run_id"], names=["diverged"])["diverged"]
+    truth = int(flags[-1].sum())  # every step recorded: the last record is the run's end
+    assert 0 < truth < 8 and not np.array_equal(flags[599], flags[-1])  # some after step 600
+    assert main(home, "run", *args, "--thin", "600") == 0
+    thinned = json.loads(capsys.readouterr().out)
+    assert thinned["diverged_chains"] == every["diverged_chains"] == truth
+
+
+def test_a_foreground_run_honours_cancel(home, capsys):
+    import threading
+
+    store = Store(home)
+    argv = ["run", *MALA, "--chains", "4", "--steps", "20000000", "--thin", "100", "--json"]
+    codes = []
+    thread = threading.Thread(target=lambda: codes.append(main(home, *argv)))
+    thread.start()
+    try:
+        run_id = wait(lambda: [r.id for r in store.list() if store.records(r.id) > 0], 120)[0]
+        store.request_cancel(run_id)  # what `python -m jobs cancel ID` does from another shell
+        thread.join(60)
+    finally:
+        if thread.is_alive():  # never leave a 20,000,000-step run behind
+            store.request_cancel(run_id)
+            thread.join()
+    summary = json.loads(capsys.readouterr().out)
+    assert codes == [0] and summary["status"] == "cancelled" and summary["steps"] < 20_000_000
+    assert store.get(run_id).status == "cancelled"
