@@ -142,6 +142,21 @@ def test_runs_page_lists_opens_compares_and_exports(runs, home):  # noqa: F811
     assert len(csv) == 40 * 2 and not any(c.startswith("position") for c in csv.columns)
 
 
+def test_a_failed_export_stays_reported_across_the_pages_refreshes(runs, home, monkeypatch):  # noqa: F811
+    banana = runs["banana"]
+    at = open_runs(page("runs"), banana)
+
+    def unreadable(self, run_id, **kwargs):
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(Store, "read", unreadable)
+    at.selectbox(key=f"runs.format.{banana}").set_value("CSV of traces").run()
+    at.button(key=f"runs.prepare.{banana}").click().run()
+    assert any("Export failed: OSError: the disk went away" in e.value for e in at.error)
+    at.run()  # the fragment's refresh, every 2 s: the message must outlive it
+    assert any("Export failed: OSError: the disk went away" in e.value for e in at.error)
+
+
 def test_cancel_and_delete_from_the_runs_page(runs, home):  # noqa: F811
     store = Store(home)
     queued = store.create(spec_dict(BANANA))

@@ -4,6 +4,7 @@ store, driven through Debian's Chromium (Playwright); screenshots land in tests/
 from __future__ import annotations
 
 import re
+import time
 
 from browser import browser_page, screenshot, server  # noqa: F401  (fixtures)
 
@@ -106,3 +107,37 @@ def test_a_bookmarked_page_opened_first_runs_inside_the_app(server, browser_page
     assert "Networks & LLC" in nav and "app" not in nav.split(), nav
     page.locator('[data-testid="stSidebar"]').get_by_text("Workers").wait_for()
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_a_run_opened_on_the_runs_page_stays_open_when_its_status_changes(
+    server,  # noqa: F811
+    browser_page,  # noqa: F811
+    tmp_path,
+):
+    """The browser matches a multiselect's selection on its labels: with the status in the
+    label, a run that finished or was cancelled closed under the user's eyes."""
+    from jobs.spec import parse_spec
+    from jobs.store import Store
+
+    store = Store(tmp_path / "store")  # the server's (browser.server)
+    spec = {"target": {"name": "banana"}, "sampler": {"name": "mala"}, "steps": 20_000_000}
+    run_id = store.create(parse_spec({**spec, "chains": 4, "thin": 1000}).model_dump(mode="json"))
+    page = browser_page
+    page.goto(f"{server}/runs", timeout=LOAD_MS)
+    page.get_by_text("Every run in the store").wait_for(timeout=LOAD_MS)
+    settle(page)
+    page.locator('[data-testid="stMultiSelect"]').filter(has_text="Open runs").click()
+    page.get_by_role("option", name=re.compile(run_id)).click()
+    page.keyboard.press("Escape")
+    heading = page.get_by_text(f"{run_id}: banana / mala")
+    heading.wait_for(timeout=LOAD_MS)
+    deadline = time.monotonic() + 120
+    while store.get(run_id).status != "running" and time.monotonic() < deadline:
+        time.sleep(0.2)  # the app's worker pool takes it
+    store.request_cancel(run_id)
+    while store.get(run_id).status != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert store.get(run_id).status == "cancelled"
+    page.wait_for_timeout(5000)  # two of the page's 2-s refreshes
+    assert heading.is_visible()
+    screenshot(page, "runs-open-after-cancel")

@@ -147,12 +147,16 @@ def actions(record) -> None:
     with right:
         label = st.selectbox("Export as", list(EXPORTS), key=f"runs.format.{rid}")
         key = export_key(rid, label)
+        failed = f"{key}.error"  # kept: the fragment reruns every 2 s and would wipe it
         if st.button("Prepare export", key=f"runs.prepare.{rid}"):
+            st.session_state.pop(failed, None)
             with st.spinner("Reading the records…"):
                 try:
                     st.session_state[key] = prepare(rid, label)
                 except Exception as exc:  # a failed export must not take the page down
-                    st.error(f"Export failed: {type(exc).__name__}: {exc}", icon=ui.WARNING)
+                    st.session_state[failed] = f"Export failed: {type(exc).__name__}: {exc}"
+        if failed in st.session_state:
+            st.error(st.session_state[failed], icon=ui.WARNING)
         if key in st.session_state:
             data, records = st.session_state[key]
             extension, mime = EXPORTS[label]
@@ -227,9 +231,10 @@ def runs_view() -> None:
         "Open runs (two or more to compare)",
         options,
         key=OPEN,
+        # no status in the label: the browser matches a selection on its label, so a run
+        # whose status changed (finished, cancelled) was closed under the user's eyes
         format_func=lambda i: (
-            f"{i} · {by_id[i].spec['target']['name']} / {by_id[i].spec['sampler']['name']} · "
-            f"{by_id[i].status}"
+            f"{i} · {by_id[i].spec['target']['name']} / {by_id[i].spec['sampler']['name']}"
         ),
     )
     if len(opened) >= 2:
