@@ -245,6 +245,18 @@ def test_landscape_page_draws_the_runs_surface(runs, home):  # noqa: F811
     at.text_input(key="landscape.components").set_value("1,2").run()
     at.number_input(key="landscape.grid").set_value(40).run()
     assert not at.exception and any("grid" in e.value for e in at.error), errors(at)
+    # A range that is not a number names the field and keeps the options drawn after it
+    at.number_input(key="landscape.grid").set_value(41).run()
+    at.selectbox(key="landscape.reference").set_value("mean").run()
+    at.selectbox(key="landscape.domain").set_value("custom").run()
+    at.text_input(key="landscape.range").set_value("abc").run()
+    message = "**range**: must be a number > 0, got 'abc'"
+    assert any(message in e.value for e in at.error), errors(at)
+    assert at.selectbox(key="landscape.reference").value == "mean"
+    at.text_input(key="landscape.range").set_value("2").run()
+    assert not errors(at), errors(at)
+    assert at.selectbox(key="landscape.reference").value == "mean"
+    assert json.loads(at.json[0].value)["reference"] == "mean"
 
 
 def test_landscape_page_says_which_chains_diverged(home):  # noqa: F811

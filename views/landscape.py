@@ -109,8 +109,8 @@ def options_form() -> dict:
             text = st.text_input("range R (half-width)", "0.5", key="landscape.range")
             try:
                 half_width = float(text)
-            except ValueError:
-                raise SpecError("range", f"must be a number > 0, got {text!r}") from None
+            except ValueError:  # raised below, once every widget is drawn: else the ones
+                half_width = text  # not drawn lose their values
     with right:
         reference = st.selectbox(
             "reference point", REFERENCES, key="landscape.reference", help=REFERENCE_HELP
@@ -123,6 +123,8 @@ def options_form() -> dict:
             key="landscape.scale",
             help="loss L, ln L, or ln|L − L0| with L0 the lowest loss seen (TATi's zoom plots)",
         )
+    if isinstance(half_width, str):
+        raise SpecError("range", f"must be a number > 0, got {half_width!r}")
     return {
         "directions": directions,
         "components": components,
@@ -205,9 +207,10 @@ else:
         "run",
         list(by_id),
         key="landscape.run",
+        # no status in the label: a selection is matched on it (a run that finished while
+        # shown would be swapped for the first in the list)
         format_func=lambda i: (
-            f"{i} · {by_id[i].spec['target']['name']} / {by_id[i].spec['sampler']['name']} · "
-            f"{by_id[i].status}"
+            f"{i} · {by_id[i].spec['target']['name']} / {by_id[i].spec['sampler']['name']}"
         ),
     )
     record = by_id[run_id]
