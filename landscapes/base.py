@@ -346,6 +346,8 @@ class Target(ABC):
         with torch.enable_grad():
             x = w.detach().requires_grad_(True)
             value = self._loss(x, batch)
+            if not value.requires_grad:  # a constant (a custom formula "2 * pi"): flat
+                return value.detach(), torch.zeros_like(w)
             (g,) = torch.autograd.grad(value.sum(), x)
         return value.detach(), g
 

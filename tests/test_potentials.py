@@ -174,6 +174,8 @@ def test_custom_formula_matches_hand_written_energy():
     )
     const = landscapes.make("custom", device="cpu", dtype="float64", formula="2 * pi", dim=2)
     torch.testing.assert_close(const.loss(w), torch.full((7,), 2 * math.pi, dtype=torch.float64))
+    # flat: a zero gradient (autograd refused the constant, failing the run at its first step)
+    torch.testing.assert_close(const.loss_and_grad(w)[1], torch.zeros_like(w))
 
 
 # --- exact samplers -------------------------------------------------------------------------
