@@ -140,6 +140,7 @@ def execute(
         pieces = math.ceil(records.snapshot_stride / block)  # blocks between two snapshots
         block = chunk = math.ceil(records.snapshot_stride / pieces)
     last_flush = last_report = sampling = time.perf_counter()
+    since = 0  # steps done at the last progress report
     with records, contextlib.closing(ahead):  # writes landed past this block, or raised
         while done < spec.steps:
             if should_stop():
@@ -177,8 +178,10 @@ def execute(
                 # progress at the spec's flushes and twice a second, not at every FLUSH_BYTES
                 # (~30 flushes a second at 4096 chains of a 2-D run, each a SQLite commit)
                 if due or last_flush - last_report >= FLUSH_SECONDS:
-                    last_report = last_flush
-                    progress = _progress(done, spec.steps, last_flush - started)
+                    # the rate since the last report: counted from the start, the build, a
+                    # training and a compile made a fast run's first ETAs hours long
+                    progress = _progress(done, spec.steps, last_flush - last_report, since)
+                    last_report, since = last_flush, done
                     store.set_progress(run_id, progress.as_dict())
                     if on_progress:
                         on_progress(progress)
@@ -187,7 +190,7 @@ def execute(
         observer.flush(done, state)
     sampling = time.perf_counter() - sampling  # the steps, their records and flushes
     seconds = time.perf_counter() - started
-    progress = _progress(done, spec.steps, seconds)
+    progress = _progress(done, spec.steps, sampling)
     store.set_progress(run_id, progress.as_dict())
     if on_progress:
         on_progress(progress)
@@ -205,8 +208,11 @@ def execute(
     return summary
 
 
-def _progress(done: int, total: int, seconds: float, phase: str = "sample") -> Progress:
-    rate = done / seconds if seconds > 0 else 0.0
+def _progress(
+    done: int, total: int, seconds: float, since: int = 0, phase: str = "sample"
+) -> Progress:
+    """``done`` of ``total`` steps, at the rate of the ``done - since`` steps in ``seconds``."""
+    rate = (done - since) / seconds if seconds > 0 else 0.0
     eta = (total - done) / rate if rate > 0 else None
     return Progress(done, total, rate, eta, phase)
 

@@ -164,6 +164,8 @@ def test_cancel_and_delete_from_the_runs_page(runs, home):  # noqa: F811
     store.claim(os.getpid(), running)  # as if a worker (this process) had taken it
     at = open_runs(page("runs"), queued, running)
     assert not errors(at), errors(at)
+    texts = [p.proto.text for p in at.get("progress")]  # no progress written yet: the spec's
+    assert "queued: waiting for a worker, 0/300 steps" in texts, texts
     at.button(key=f"runs.cancel.{queued}").click().run()
     assert store.get(queued).status == "cancelled"  # a queued run ends at once
     at.button(key=f"runs.cancel.{running}").click().run()

@@ -328,6 +328,27 @@ def test_progress_is_reported_twice_a_second_however_often_records_flush(tmp_pat
     assert reports[:-1] == list(range(40, 401, 40))
 
 
+def test_the_eta_follows_the_sampling_rate_not_the_time_spent_building(tmp_path, monkeypatch):
+    # a target that takes 2 s to build (a dataset, a compile, a training): counted from the
+    # start, the first report's rate made a 0.1 s remainder an ETA of seconds
+    from jobs import run
+
+    build = run.build
+    monkeypatch.setattr(run, "build", lambda spec: (time.sleep(2.0), build(spec))[1])
+    reports = []
+
+    def spy(self, run_id, progress):
+        reports.append((time.perf_counter(), progress["steps_done"], progress["eta_s"]))
+
+    monkeypatch.setattr(Store, "set_progress", spy)
+    spec = {"chains": 8, "steps": 4000, "flush_every": 1000, "compile": "never"}
+    in_process(tmp_path, "sgld", {"step_size": 1e-3}, **spec)
+    end = reports[-1][0]
+    when, done, eta = reports[0]
+    assert done == 1000
+    assert eta <= 3 * (end - when) + 0.5, (eta, end - when)
+
+
 def test_a_run_compiles_only_when_the_compile_pays_within_it(tmp_path, monkeypatch):
     from jobs.run import execute
     from jobs.spec import _built, build, parse_spec

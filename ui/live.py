@@ -67,9 +67,12 @@ def stop_polling(key: str, ident: str, done: bool) -> None:
 def progress_bar(record: RunRecord) -> None:
     """Steps done, rate and ETA (or the training phase of an LLC run)."""
     p = record.progress or {}
-    total, done = p.get("steps_total") or 0, p.get("steps_done") or 0
+    total = p.get("steps_total") or record.spec.get("steps") or 0  # none yet: the spec's
+    done = p.get("steps_done") or 0
     fraction = min(1.0, done / total) if total else (1.0 if record.status in FINAL else 0.0)
     phase = "training to w0" if p.get("phase") == "train" else "sampling"
+    if record.status == "queued":
+        phase = "waiting for a worker,"
     eta = p.get("eta_s")
     text = f"{record.status}: {phase} {done}/{total} steps"
     if p.get("steps_per_second"):
