@@ -116,6 +116,10 @@ def test_playground_bad_input_is_inline_and_queues_nothing(home):
     at.button(key="pg.run").click().run()
     assert not at.exception
     assert Store(home).list() == []
+    # what the user typed is quoted as text: Markdown made '__import__' a bold 'import'
+    at.text_input(key="pg.target.custom.formula").input("__import__('os')").run()
+    shown = "**custom.formula**: '\\_\\_import\\_\\_' is not an allowed function"
+    assert any(e.startswith(shown) for e in errors(at)), errors(at)
 
 
 def test_playground_run_shows_the_funnel_neck_against_the_exact_marginal(home):

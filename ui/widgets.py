@@ -5,6 +5,7 @@ allowed range, and never reach a run."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import streamlit as st
@@ -69,7 +70,7 @@ def param_inputs(
     try:
         return {name: spec.param(name).check(value, spec.name) for name, value in raw.items()}
     except ParamError as exc:
-        _param_error(exc)
+        spec_error(exc)
         return None
 
 
@@ -80,16 +81,23 @@ def parse_grid(text: str, base: Param, name: str, length: int, owner: str) -> tu
     try:
         return grid.check(text, owner)
     except ParamError as exc:
-        _param_error(exc)
+        spec_error(exc)
         return None
 
 
-def _param_error(exc: ParamError) -> None:
-    st.error(f"**{exc.field}**: {str(exc).removeprefix(exc.field + ': ')}", icon=WARNING)
-
-
 def spec_error(exc: Exception) -> None:
-    """A RunSpec/budget error, inline: the field in bold, the message as plain text."""
+    """A RunSpec, budget or parameter error, inline: the field in bold, the message as plain
+    text (it quotes what the user typed, which Markdown would render: '__import__' came out
+    as a bold 'import'); a formula's caret lines below it, as code."""
     field = getattr(exc, "field", None)
-    message = getattr(exc, "message", None) or str(exc)
-    st.error(f"**{field}**: {message}" if field else message, icon=WARNING)
+    message = getattr(exc, "message", None) or str(exc).removeprefix(f"{field}: ")
+    head, _, rest = message.partition("\n")
+    st.error(f"**{field}**: {plain(head)}" if field else plain(head), icon=WARNING)
+    if rest:
+        st.code(rest, language=None)
+
+
+def plain(text: str) -> str:
+    """``text`` with the characters escaped that turn typed text into Markdown emphasis, code
+    or (Streamlit's) LaTeX; brackets and the like form links only with a URL beside them."""
+    return re.sub(r"([\\`*_~$])", r"\\\1", text)

@@ -91,8 +91,7 @@ with left:
     if target_params is not None:
         built = target_of(target_name, json.dumps(target_params, sort_keys=True))
         if isinstance(built, ParamError):
-            head = str(built).removeprefix(built.field + ": ").split("\n")[0]
-            st.error(f"**{built.field}**: {head}", icon=ui.WARNING)
+            ui.spec_error(built)
         else:
             target_ok = True
             st.caption(f"d = {built.dim}")

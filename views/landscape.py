@@ -225,7 +225,7 @@ else:
     except SpecError as exc:
         ui.spec_error(exc)
     except ParamError as exc:
-        ui.spec_error(SpecError(exc.field, str(exc).removeprefix(f"{exc.field}: ")))
+        ui.spec_error(exc)
     except KeyError:
         st.error(f"Run {run_id} is gone from the store (deleted meanwhile).", icon=ui.WARNING)
     else:

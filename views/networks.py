@@ -117,7 +117,7 @@ with left:
     if target_params is not None:
         facts = target_facts(target_name, json.dumps(target_params))
         if "error" in facts:
-            st.error(f"**{facts['field']}**: {facts['error'].split(': ', 1)[-1]}", icon=ui.WARNING)
+            ui.spec_error(ParamError(facts["field"], facts["error"].split(": ", 1)[-1]))
             facts = None
         else:
             true = facts["true_llc"]

@@ -53,14 +53,6 @@ def fixed_params(name: str) -> dict:
     return {"dim": 2} if any(p.name == "dim" for p in landscapes.REGISTRY[name].params) else {}
 
 
-def param_error(exc: ParamError) -> None:
-    """A target builder's error inline; a formula's caret line goes to a code block (plain)."""
-    head, _, rest = str(exc).removeprefix(exc.field + ": ").partition("\n")
-    st.error(f"**{exc.field}**: {head}", icon=ui.WARNING)
-    if rest:
-        st.code(rest, language=None)
-
-
 @st.cache_data(max_entries=32, show_spinner=False)
 def density_grid(name: str, params_json: str, nbeta: float, temperature: float) -> dict:
     """-U = -(nbeta L + prior) / T on a GRID x GRID grid over the target's bounds."""
@@ -128,7 +120,7 @@ with left:
         target_params = {**target_params, **pinned}
         built = target_of(target_name, json.dumps(target_params, sort_keys=True))
         if isinstance(built, ParamError):
-            param_error(built)
+            ui.spec_error(built)
         elif built.dim != 2 or built.bounds is None:
             st.error(
                 f"**target**: the playground draws 2-D potentials; these parameters give "
@@ -191,7 +183,7 @@ def context(record) -> dict | None:
     params_json = json.dumps(spec["target"]["params"], sort_keys=True)
     target = target_of(spec["target"]["name"], params_json)
     if isinstance(target, ParamError):
-        param_error(target)
+        ui.spec_error(target)
         return None
     sp = spec["sampler"]["params"]
     nbeta = sp.get("nbeta") or target.nbeta
