@@ -665,10 +665,16 @@ class Store:
         return {name: np.swapaxes(a, 0, 1) if a.ndim > 1 else a for name, a in data.items()}
 
     def export_npz(self, run_id: str, path, burn_in: int = 0, thin: int = 1) -> Path:
-        """The recorded arrays chain-major, e.g. position [chains, draws, d], step [draws]."""
+        """The recorded arrays chain-major, e.g. position [chains, draws, d], step [draws]. A
+        run with d > 64 records position [chains, draws, k], its positions' coordinates on the
+        orthonormal columns of ``projection`` [d, k], which the file holds too."""
         path = Path(path)
+        arrays = self._export(run_id, burn_in, thin)
+        basis = self.get_array(run_id, "projection")
+        if basis is not None:
+            arrays["projection"] = basis
         with open(path, "wb") as f:  # a file object: np.savez must not append ".npz"
-            np.savez(f, **self._export(run_id, burn_in, thin))
+            np.savez(f, **arrays)
         return path
 
     def export_netcdf(self, run_id: str, path, burn_in: int = 0, thin: int = 1) -> Path:
@@ -679,14 +685,26 @@ class Store:
         step = data.pop("step", None)
         per_chain = {k: v for k, v in data.items() if v.ndim > 1}
         posterior = {"position": per_chain.pop("position")} if "position" in per_chain else {}
-        coords, dims = {}, {}
+        basis = self.get_array(run_id, "projection")  # d > 64: projected coordinates
+        axis = "dim" if basis is None else "projected_dim"
+        coords, dims, constant = {}, {}, {}
         if posterior:
-            coords["dim"] = np.arange(posterior["position"].shape[2])
-            dims["position"] = ["dim"]
+            coords[axis] = np.arange(posterior["position"].shape[2])
+            dims["position"] = [axis]
+        if basis is not None:
+            constant["projection"] = basis
+            coords["param"] = np.arange(basis.shape[0])
+            dims["projection"] = ["param", axis]
         if step is not None:
             coords["draw"] = step
         with warnings.catch_warnings():  # "more chains than draws" is expected for short runs
             warnings.simplefilter("ignore", UserWarning)
-            idata = az.from_dict(posterior, sample_stats=per_chain, coords=coords, dims=dims)
+            idata = az.from_dict(
+                posterior,
+                sample_stats=per_chain,
+                constant_data=constant or None,
+                coords=coords,
+                dims=dims,
+            )
         idata.to_netcdf(str(path))
         return Path(path)

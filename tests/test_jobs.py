@@ -123,8 +123,15 @@ def test_cli_run_on_a_network_records_a_projection_and_netcdf_export(tmp_path):
 
     nc = tmp_path / "run.nc"
     assert cli(tmp_path, "export", run_id, "--format", "netcdf", "--out", str(nc)).returncode == 0
-    draws = arviz.from_netcdf(nc).posterior["position"].values
+    idata = arviz.from_netcdf(nc)
+    draws = idata.posterior["position"].values
     np.testing.assert_array_equal(draws, data["position"].transpose(1, 0, 2))
+    # ... named as what they are, coordinates on the basis the export holds too
+    assert idata.posterior["position"].dims[-1] == "projected_dim"
+    np.testing.assert_array_equal(idata.constant_data["projection"].values, basis)
+    npz = tmp_path / "run.npz"
+    assert cli(tmp_path, "export", run_id, "--out", str(npz)).returncode == 0
+    np.testing.assert_array_equal(np.load(npz)["projection"], basis)
 
 
 def test_cli_progress_written_to_a_log_has_a_line_per_update(tmp_path):
