@@ -299,10 +299,13 @@ def calibration_grid(
 
 def _note_when_empty(fig: go.Figure, note: str) -> go.Figure:
     """``note`` in the middle of a figure none of whose traces has a point with both x and y
-    (None is a gap): an empty plot alone reads as a fault."""
+    (None is a gap): an empty plot alone reads as a fault. Its axes go: their ranges came from
+    the half-points alone, and their tick labels ran into the note."""
     points = (zip(t.x or (), t.y or (), strict=False) for t in fig.data)
     if not any(x is not None and y is not None for trace in points for x, y in trace):
         fig.add_annotation(text=note, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
     return fig
 
 

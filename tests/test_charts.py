@@ -232,6 +232,7 @@ def test_dln_figures_say_why_they_are_empty():
     assert [len(f.layout.annotations) for f in one] == [1, 1]
     assert "two problems" in one[0].layout.annotations[0].text
     assert "two problems" in one[1].layout.annotations[0].text
+    assert all(f.layout.xaxis.visible is False and f.layout.yaxis.visible is False for f in one)
     two = [charts.mean_vs_sd_figure(_metrics(0.05, 1.0))]
     two.append(charts.order_preservation_figure(_metrics(0.05, 1.0)))
     assert [len(f.layout.annotations) for f in two] == [0, 0]
