@@ -28,4 +28,6 @@ except StoreError as exc:  # every page needs the store: say why there is none, 
     st.error(str(exc), icon=ui.WARNING)
     st.stop()
 ui.sidebar()
-st.navigation(PAGES).run()
+page = st.navigation(PAGES)
+ui.keep_values()  # before the page: its setup outlives a visit to another page
+page.run()

@@ -51,6 +51,24 @@ def test_every_page_is_reachable_from_the_navigation(home):
         assert not errors(at), (page.name, errors(at))
 
 
+def test_a_pages_setup_outlives_a_visit_to_another_page(home, monkeypatch):
+    # Streamlit drops the state of widgets a run does not draw: the Playground's potential,
+    # sampler, its parameters and the run length came back at their defaults
+    monkeypatch.setenv("BASIN_NO_WORKERS", "1")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at.selectbox(key="pg.target_name").select("banana").run()
+    at.selectbox(key="pg.sampler_name").select("mala").run()
+    at.text_input(key="pg.sampler.mala.step_size").input("0.3").run()
+    at.number_input(key="pg.chains").set_value(16).run()
+    for page in ("runs", "networks", "playground"):
+        at.switch_page(f"views/{page}.py").run()
+        assert not errors(at), (page, errors(at))
+    assert at.selectbox(key="pg.target_name").value == "banana"
+    assert at.selectbox(key="pg.sampler_name").value == "mala"
+    assert at.text_input(key="pg.sampler.mala.step_size").value == "0.3"
+    assert at.number_input(key="pg.chains").value == 16
+
+
 def test_typed_formulas_never_reach_eval():
     source = (ROOT / "landscapes" / "formula.py").read_text()
     calls = {

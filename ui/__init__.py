@@ -17,7 +17,16 @@ from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import Store
 
 from .live import Live, poll, progress_bar, run_status, stop_polling, sweep_progress
-from .widgets import DONE, STEP_COLUMN, WARNING, param_inputs, parse_grid, spec_error
+from .widgets import (
+    DONE,
+    STEP_COLUMN,
+    WARNING,
+    keep_values,
+    kept,
+    param_inputs,
+    parse_grid,
+    spec_error,
+)
 
 __all__ = [
     "DONE",
@@ -27,6 +36,8 @@ __all__ = [
     "await_first_records",
     "device_name",
     "ensure_pool",
+    "keep_values",
+    "kept",
     "param_inputs",
     "parse_grid",
     "poll",

@@ -16,6 +16,7 @@ from landscapes import ParamError
 from samplers import diagnostics
 
 from . import store
+from .widgets import kept
 
 POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "potential"]
 DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
@@ -113,20 +114,20 @@ def auto_thin(chains: int, steps: int) -> int:
 def run_length(prefix: str) -> dict:
     """Chains, steps, burn-in, thin and seed of a potential page's runs (RunSpec fields)."""
     c1, c2, c3, c4, c5 = st.columns(5)
-    chains = int(c1.number_input("chains", 1, 4096, 32, key=f"{prefix}.chains"))
-    steps = int(c2.number_input("steps", 10, 100_000, 2000, step=100, key=f"{prefix}.steps"))
-    burn_pct = c3.number_input("burn-in (% of steps)", 0, 90, 10, key=f"{prefix}.burn_pct")
+    chains = int(c1.number_input("chains", 1, 4096, 32, key=kept(f"{prefix}.chains")))
+    steps = int(c2.number_input("steps", 10, 100_000, 2000, step=100, key=kept(f"{prefix}.steps")))
+    burn_pct = c3.number_input("burn-in (% of steps)", 0, 90, 10, key=kept(f"{prefix}.burn_pct"))
     auto = auto_thin(chains, steps)
     thin = c4.number_input(
         "thin (0: auto)",
         0,
         100_000,
         0,
-        key=f"{prefix}.thin",
+        key=kept(f"{prefix}.thin"),
         help=f"Record every k-th step. 0 keeps at most {AUTO_DRAWS:.0e} draws: every {auto} "
         "step(s) for this run.",
     )
-    seed = c5.number_input("seed", 0, 2**31 - 1, 0, key=f"{prefix}.seed")
+    seed = c5.number_input("seed", 0, 2**31 - 1, 0, key=kept(f"{prefix}.seed"))
     return {
         "chains": chains,
         "steps": steps,

@@ -20,6 +20,25 @@ WARNING, DONE = ":material/warning:", ":material/check_circle:"
 STEP_COLUMN = st.column_config.NumberColumn(format="scientific")
 
 
+KEPT = "ui.kept"  # the keys of the widgets whose values outlive a visit to another page
+
+
+def kept(key: str) -> str:
+    """``key``, for a value widget (not a button) whose value should outlive a visit to another
+    page: Streamlit drops the state of every widget the run did not draw, so a page's setup
+    came back at its defaults (``keep_values`` keeps them)."""
+    st.session_state.setdefault(KEPT, set()).add(key)
+    return key
+
+
+def keep_values() -> None:
+    """Re-save the kept widgets' values before the page runs (Streamlit's documented way to
+    interrupt the clean-up, "Working with widgets in multipage apps", option 3)."""
+    for key in st.session_state.get(KEPT, ()):
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
 def _label(p: Param) -> str:
     return f"{p.name} ({p.unit})" if p.unit else p.name
 
@@ -66,7 +85,7 @@ def param_inputs(
     for i, p in enumerate(params):
         with cols[i % columns]:
             default = (defaults or {}).get(p.name)
-            raw[p.name] = param_input(p, f"{key}.{spec.name}.{p.name}", default)
+            raw[p.name] = param_input(p, kept(f"{key}.{spec.name}.{p.name}"), default)
     try:
         return {name: spec.param(name).check(value, spec.name) for name, value in raw.items()}
     except ParamError as exc:

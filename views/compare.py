@@ -82,7 +82,7 @@ store = ui.store()
 left, right = st.columns(2)
 with left:
     target_name = st.selectbox(
-        "Potential", POTENTIALS, index=POTENTIALS.index("funnel"), key="cmp.target_name"
+        "Potential", POTENTIALS, index=POTENTIALS.index("funnel"), key=ui.kept("cmp.target_name")
     )
     target_spec = landscapes.REGISTRY[target_name]
     st.caption(f"{target_spec.doc} — *{target_spec.paper}*")
@@ -96,7 +96,9 @@ with left:
             target_ok = True
             st.caption(f"d = {built.dim}")
 with right:
-    chosen = st.multiselect("Samplers", SAMPLERS, default=["mala", "hmc"], key="cmp.samplers")
+    chosen = st.multiselect(
+        "Samplers", SAMPLERS, default=["mala", "hmc"], key=ui.kept("cmp.samplers")
+    )
     sampler_params = {}
     for name in chosen:
         with st.expander(f"{name}: {samplers.REGISTRY[name].paper}", expanded=len(chosen) <= 2):

@@ -53,7 +53,9 @@ size_class = c1.selectbox(
 problems = c2.number_input("problems", 1, 1000, 4, key="dln.problems")
 steps = c3.number_input("steps per run", 10, 10_000_000, DEFAULTS["steps"], 100, key="dln.steps")
 c1, c2 = st.columns(2)
-chosen = c1.multiselect("samplers", SAMPLERS, default=["sgld", "rmsprop-sgld"], key="dln.samplers")
+chosen = c1.multiselect(
+    "samplers", SAMPLERS, default=["sgld", "rmsprop-sgld"], key=ui.kept("dln.samplers")
+)
 step_text = c2.text_input(
     "step sizes ε (comma-separated, a log grid)",
     ", ".join(f"{s:g}" for s in DEFAULTS["step_sizes"]),

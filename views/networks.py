@@ -109,7 +109,7 @@ store = ui.store()
 
 left, right = st.columns(2)
 with left:
-    target_name = st.selectbox("Network", NETWORKS, key="net.target_name")
+    target_name = st.selectbox("Network", NETWORKS, key=ui.kept("net.target_name"))
     target_spec = landscapes.REGISTRY[target_name]
     st.caption(f"{target_spec.doc} — *{target_spec.paper}*")
     target_params = ui.param_inputs(target_spec, key="net.target")
@@ -149,7 +149,7 @@ with left:
             icon=ui.WARNING,
         )
 with right:
-    sampler_name = st.selectbox("Sampler", SAMPLERS, key="net.sampler_name")
+    sampler_name = st.selectbox("Sampler", SAMPLERS, key=ui.kept("net.sampler_name"))
     sampler_spec = samplers.REGISTRY[sampler_name]
     st.caption(f"{sampler_spec.paper}")
     step_size = default_step_size(target_name, sampler_spec)

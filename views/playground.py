@@ -110,7 +110,7 @@ store = ui.store()
 
 left, right = st.columns(2)
 with left:
-    target_name = st.selectbox("Potential", POTENTIALS, key="pg.target_name")
+    target_name = st.selectbox("Potential", POTENTIALS, key=ui.kept("pg.target_name"))
     target_spec = landscapes.REGISTRY[target_name]
     st.caption(f"{target_spec.doc} — *{target_spec.paper}*")
     pinned = fixed_params(target_name)
@@ -131,7 +131,7 @@ with left:
             target = built
     preview = st.empty()  # filled below, once the sampler's nbeta and temperature are known
 with right:
-    sampler_name = st.selectbox("Sampler", SAMPLERS, key="pg.sampler_name")
+    sampler_name = st.selectbox("Sampler", SAMPLERS, key=ui.kept("pg.sampler_name"))
     sampler_spec = samplers.REGISTRY[sampler_name]
     sampler_params = ui.param_inputs(sampler_spec, key="pg.sampler", defaults=DEFAULTS)
     latex, paragraph = explain(sampler_name)
