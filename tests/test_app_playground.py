@@ -165,6 +165,16 @@ def test_playground_run_shows_the_funnel_neck_against_the_exact_marginal(home):
     accepted = Store(home).read(run.id, names=["accepted"])["accepted"][1, :8] > 0.5
     assert any(f"{int(accepted.sum())} of 8 chains accepted" in m.value for m in at.markdown)
     assert not errors(at), errors(at)
+    # Playing, each of the user's clicks does what it says: the timer's tick alone moves on
+    replayed = f"pg.replay.{run.id}"
+    at.button(key=f"pg.play.{run.id}").click().run()  # the timer's first tick comes at once
+    assert at.session_state["pg.playing"] == run.id and at.session_state[replayed] == 2
+    at.run()  # a tick
+    assert at.session_state[replayed] == 3
+    at.button(key=f"pg.back.{run.id}").click().run()
+    assert at.session_state[replayed] == 2  # it once stayed at 3: back, then the tick's step
+    at.button(key=f"pg.play.{run.id}").click().run()  # pause: where it is
+    assert at.session_state["pg.playing"] is None and at.session_state[replayed] == 2
 
 
 def test_a_run_whose_every_chain_diverged_says_so(home):

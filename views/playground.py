@@ -377,24 +377,37 @@ def replay(run_id: str, show: int, trail: int, log_scale: bool) -> None:
         return
     data, grid, labels = ctx["data"], ctx["grid"], ctx["labels"]
     last = len(data["step"]) - 1
-    key, play_key = f"pg.replay.{run_id}", "pg.playing"
+    key, play_key, acted = f"pg.replay.{run_id}", "pg.playing", "pg.replay_acted"
     playing = st.session_state.get(play_key) == run_id
-    if playing:  # the timer's tick: one record further, stopping (and the timer) at the end
+    # The timer's tick moves one record on, stopping (and the timer) at the end. A rerun the
+    # user caused (Back, Step, Pause, the slider) is not a tick: it once moved on as well, so
+    # Back while playing did nothing and Pause went one record further.
+    user = st.session_state.pop(acted, None)
+    if playing and not user:
         st.session_state[key] = min(st.session_state.get(key, 0) + 1, last)
         if st.session_state[key] >= last:
             st.session_state[play_key] = None
             st.rerun()
+    if user == "play":  # the timer starts or stops with a full rerun (it is set outside)
+        st.rerun()
 
     def nudge(delta: int) -> None:
         st.session_state[key] = int(np.clip(st.session_state.get(key, 0) + delta, 0, last))
+        st.session_state[acted] = "move"
+
+    def play() -> None:
+        now = st.session_state.get(play_key) == run_id
+        st.session_state[play_key] = None if now else run_id
+        st.session_state[acted] = "play"
+
+    def slide() -> None:
+        st.session_state[acted] = "move"
 
     b1, b2, b3, b4, b5 = st.columns([1, 1, 1, 4, 1.5])
     b1.button("◀ Back", key=f"pg.back.{run_id}", on_click=nudge, args=(-1,))
     b2.button("Step ▶", key=f"pg.step.{run_id}", on_click=nudge, args=(1,))
-    if b3.button("⏸ Pause" if playing else "▶ Play", key=f"pg.play.{run_id}"):
-        st.session_state[play_key] = None if playing else run_id
-        st.rerun()
-    k = b4.slider("record", 0, last, key=key, label_visibility="collapsed")
+    b3.button("⏸ Pause" if playing else "▶ Play", key=f"pg.play.{run_id}", on_click=play)
+    k = b4.slider("record", 0, last, key=key, label_visibility="collapsed", on_change=slide)
     zoom = b5.toggle("zoom in", True, key="pg.replay_zoom", help="Axes around the chains")
     shown = min(show, data["position"].shape[1])
     positions = data["position"][max(0, k - trail) : k + 1, :shown]
