@@ -239,8 +239,6 @@ def cmd_submit(args: argparse.Namespace, store: Store) -> int:
 
 
 def _show(record) -> dict:
-    from .run import Progress
-
     return {
         "run_id": record.id,
         "status": record.status,
@@ -249,8 +247,7 @@ def _show(record) -> dict:
         "created": record.created,
         "started": record.started,
         "finished": record.finished,
-        # a queued run (or one before its first flush) has no progress yet: its zero
-        "progress": record.progress or Progress(0, record.spec["steps"], 0.0, None).as_dict(),
+        "progress": record.progress,
         "worker_pid": record.worker_pid,
         "error": record.error,
         "summary": record.summary,
@@ -260,8 +257,7 @@ def _show(record) -> dict:
 def cmd_list(args: argparse.Namespace, store: Store) -> int:
     store.mark_stale()
     for r in store.list():
-        done = r.progress.get("steps_done", 0)
-        total = r.progress.get("steps_total", r.spec.get("steps"))
+        done, total = r.progress.get("steps_done"), r.progress.get("steps_total")
         target, sampler = r.spec["target"]["name"], r.spec["sampler"]["name"]
         print(f"{r.id}  {r.status:<11} {target:<16} {sampler:<12} {done}/{total}")
     return 0

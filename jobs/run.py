@@ -14,7 +14,6 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,7 +23,7 @@ from samplers.base import trace
 from samplers.mcmc import MHKernel
 
 from .spec import Estimate, RunSpec, build, estimate
-from .store import Store
+from .store import Progress, Store
 
 FLUSH_SECONDS = 0.5
 # Records kept before a flush, at most: 4096 chains of a 2-D potential recording every step make
@@ -59,18 +58,6 @@ def compiled(spec: RunSpec, kernel, state, target) -> bool:
     if spec.compile == "auto":
         return worth_compiling(kernel, state, target, spec.steps)
     return spec.compile == "always" and kernel.fusable
-
-
-@dataclass
-class Progress:
-    steps_done: int
-    steps_total: int
-    steps_per_second: float
-    eta_s: float | None
-    phase: str = "sample"  # or "train": an LLC run training to w0 first
-
-    def as_dict(self) -> dict:
-        return dict(vars(self))
 
 
 def projection(spec: RunSpec, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:

@@ -82,6 +82,20 @@ _COLUMNS = (
 
 
 @dataclass
+class Progress:
+    """A run's progress, as the Store keeps it (a queued run's: none of its steps done)."""
+
+    steps_done: int
+    steps_total: int
+    steps_per_second: float
+    eta_s: float | None
+    phase: str = "sample"  # or "train": an LLC run training to w0 first
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+
+@dataclass
 class RunRecord:
     """One run's metadata as stored; a snapshot, re-read with ``Store.get`` to see changes."""
 
@@ -369,6 +383,7 @@ class Store:
     def create(self, spec: dict) -> str:
         """A new queued run, e.g. id "20250131-142501123-9f3a" (UTC time to the ms, random)."""
         spec_json = json.dumps(spec)
+        queued = Progress(0, spec.get("steps", 0), 0.0, None).as_dict()
         run_id = _new_id()
         while self._path(run_id).exists():
             run_id = _new_id()
@@ -376,7 +391,7 @@ class Store:
         with _tx(self._db()) as db:
             db.execute(
                 "INSERT INTO runs (id, spec, status, created, progress) VALUES (?, ?, ?, ?, ?)",
-                (run_id, spec_json, "queued", time.time(), json.dumps({})),
+                (run_id, spec_json, "queued", time.time(), json.dumps(queued)),
             )
         return run_id
 

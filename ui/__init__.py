@@ -16,7 +16,7 @@ from jobs.pool import ensure_supervisor, supervisor_pid
 from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import Store
 
-from .live import Live, poll, progress_bar, run_status, stop_polling, sweep_progress
+from .live import Live, poll, progress_bar, run_label, run_status, stop_polling, sweep_progress
 from .widgets import (
     DONE,
     STEP_COLUMN,
@@ -42,6 +42,7 @@ __all__ = [
     "parse_grid",
     "poll",
     "progress_bar",
+    "run_label",
     "run_status",
     "sidebar",
     "spec_error",

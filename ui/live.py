@@ -64,11 +64,17 @@ def stop_polling(key: str, ident: str, done: bool) -> None:
         st.rerun()
 
 
+def run_label(record: RunRecord) -> str:
+    """A run in a selectbox or multiselect: id, target and sampler. No status: the browser
+    matches a selection on its label, so a run that finished or was cancelled while chosen
+    was dropped from the choice (the Runs page closed it under the user's eyes)."""
+    return f"{record.id} · {record.spec['target']['name']} / {record.spec['sampler']['name']}"
+
+
 def progress_bar(record: RunRecord) -> None:
     """Steps done, rate and ETA (or the training phase of an LLC run)."""
     p = record.progress or {}
-    total = p.get("steps_total") or record.spec.get("steps") or 0  # none yet: the spec's
-    done = p.get("steps_done") or 0
+    total, done = p.get("steps_total") or 0, p.get("steps_done") or 0
     fraction = min(1.0, done / total) if total else (1.0 if record.status in FINAL else 0.0)
     phase = "training to w0" if p.get("phase") == "train" else "sampling"
     if record.status == "queued":

@@ -207,11 +207,7 @@ else:
         "run",
         list(by_id),
         key="landscape.run",
-        # no status in the label: a selection is matched on it (a run that finished while
-        # shown would be swapped for the first in the list)
-        format_func=lambda i: (
-            f"{i} · {by_id[i].spec['target']['name']} / {by_id[i].spec['sampler']['name']}"
-        ),
+        format_func=lambda i: ui.run_label(by_id[i]),
     )
     record = by_id[run_id]
     if record.status == "running":

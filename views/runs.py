@@ -231,11 +231,7 @@ def runs_view() -> None:
         "Open runs (two or more to compare)",
         options,
         key=OPEN,
-        # no status in the label: the browser matches a selection on its label, so a run
-        # whose status changed (finished, cancelled) was closed under the user's eyes
-        format_func=lambda i: (
-            f"{i} · {by_id[i].spec['target']['name']} / {by_id[i].spec['sampler']['name']}"
-        ),
+        format_func=lambda i: ui.run_label(by_id[i]),
     )
     if len(opened) >= 2:
         st.markdown("**Compared** (after each run's burn-in)")
