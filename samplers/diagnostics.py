@@ -153,12 +153,13 @@ def iat(x: Any, c: float = 5.0) -> np.ndarray:
 
     tau < 1 is possible (antithetic chains, e.g. fast BAOAB modes). There Sokal's window fails:
     with rho(1) <= -0.4 the partial sum tau(1) is already below 1/c and the window closes at
-    lag 1 (an AR(1) chain with phi = -0.5 read 0.2 for its exact 1/3). So where rho(1) < 0 the
-    sum runs over Geyer's initial monotone sequence of pair sums rho(2m) + rho(2m+1), the
-    estimator ArviZ's ESS uses, which the alternating signs do not cut short. Like ArviZ, tau is
-    floored at 1/log10(K). Returns array[chain] for x[chain, draw] and array[chain, dim] for
-    x[chain, draw, dim]; NaN for constant or NaN chains and for fewer than 4 draws. If only
-    every k-th step was stored, multiply by k to get tau in steps.
+    lag 1 (an AR(1) chain with phi = -0.5 read the floor 0.23 for its exact 1/3). Where
+    rho(1) < 0 the sum runs over Geyer's initial monotone sequence of pair sums
+    rho(2m) + rho(2m+1), the estimator ArviZ's ESS uses, which the alternating signs do not
+    cut short. Like ArviZ, tau is floored at 1/log10(K). Returns array[chain] for
+    x[chain, draw] and array[chain, dim] for x[chain, draw, dim]; NaN for constant or NaN
+    chains and for fewer than 4 draws. If only every k-th step was stored, multiply by k to
+    get tau in steps.
     """
     arr = _draws(x)
     if not c > 0:
