@@ -112,6 +112,7 @@ class LLCObserver:
             "lr": opts.train_lr,
             "steps": trained.steps,
             "stopped_early": trained.stopped_early,
+            "cancelled": trained.cancelled,
             "loss": trained.loss,
         }
         return trained.w0

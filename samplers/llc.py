@@ -72,7 +72,8 @@ def chain_estimates(losses: np.ndarray, baseline: float, nbeta: float) -> np.nda
 
 
 def summarise(per_chain: np.ndarray, draws: int) -> Estimate:
-    """Mean, SD and SE over the finite per-chain estimates."""
+    """Mean, SD and SE over the finite per-chain estimates. With no ``draws`` (a run stopped
+    before its burn-in ended) there is no estimate, and no chain counts as diverged."""
     per_chain = np.asarray(per_chain, dtype=np.float64)
     good = per_chain[np.isfinite(per_chain)]
     mean = std = se = None
@@ -85,7 +86,7 @@ def summarise(per_chain: np.ndarray, draws: int) -> Estimate:
         std=std,
         se=se,
         per_chain=[float(v) if math.isfinite(v) else None for v in per_chain],
-        nan_chains=int(per_chain.size - good.size),
+        nan_chains=int(per_chain.size - good.size) if draws else 0,
         chains=int(per_chain.size),
         draws=draws,
     )
@@ -230,6 +231,8 @@ def health(
     def warn(code: str, message: str) -> None:
         out.append({"code": code, "message": message})
 
+    if not est.draws:
+        warn("no_draws", "no draws after the burn-in (the run ended before it did): no estimate")
     if est.nan_chains:
         warn(
             "nan",

@@ -28,6 +28,7 @@ class Trained:
     checks: list[int]  # the steps at which the full-data loss was evaluated
     losses: list[float]  # that loss
     stopped_early: bool
+    cancelled: bool = False  # on_check asked to stop
 
     @property
     def loss(self) -> float:
@@ -61,9 +62,10 @@ def train(
     tol: float = 1e-4,
     check_every: int = 10,
     generator: torch.Generator | None = None,
-    on_check: Callable[[int, float], None] | None = None,
+    on_check: Callable[[int, float], bool | None] | None = None,
 ) -> Trained:
-    """Minimise the target's loss from ``start`` ([d]); returns the final point."""
+    """Minimise the target's loss from ``start`` ([d]); returns the final point. ``on_check(step,
+    loss)`` hears every check and stops the training by returning True (a cancelled run)."""
     if optimizer not in OPTIMIZERS:
         raise ParamError("train.optimizer", f"must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     if not lr > 0 or not math.isfinite(lr):
@@ -76,18 +78,17 @@ def train(
     losses: list[float] = []
     best, best_at, step = math.inf, 0, 0
 
-    def check(step: int) -> float:
+    def check(step: int) -> bool:
+        """Record the full-data loss at ``step``; whether ``on_check`` asks to stop."""
         with torch.no_grad():
             value = float(target.full_loss(w.detach())[0])
         checks.append(step)
         losses.append(value)
-        if on_check:
-            on_check(step, value)
-        return value
+        return bool(on_check and on_check(step, value))
 
-    check(0)
-    stopped = False
-    for step in range(1, steps + 1):
+    cancelled, stopped = check(0), False
+    while not cancelled and step < steps:
+        step += 1
         batch = target.sample_batch(generator, batch_size) if minibatch else None
         loss, grad = target.loss_and_grad(w.detach(), batch)
         if not torch.isfinite(loss).all():
@@ -98,10 +99,11 @@ def train(
         opt.step()
         if step % check_every and step != steps:
             continue
-        value = check(step)
+        cancelled = check(step)
+        value = losses[-1]
         if value < best * (1 - tol) - 1e-30:
             best, best_at = value, step
         elif step - best_at >= patience:
             stopped = True
             break
-    return Trained(w.detach()[0].clone(), step, checks, losses, stopped)
+    return Trained(w.detach()[0].clone(), step, checks, losses, stopped, cancelled)

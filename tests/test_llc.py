@@ -46,6 +46,13 @@ def test_nan_chains_are_counted_and_never_averaged_in():
     assert est.mean == pytest.approx((4.0 + 0.0 + 0.0) / 3)
 
 
+def test_no_draws_after_the_burn_in_is_no_estimate_not_divergence():
+    # A run cancelled during its burn-in: every chain is fine, there is just nothing to average.
+    est = llc.estimate(np.ones((30, 4)), baseline=1.0, nbeta=2.0, burn_in=30)
+    assert (est.mean, est.draws, est.nan_chains, est.chains) == (None, 0, 0, 4)
+    assert [w["code"] for w in llc.health(est, dim=20)] == ["no_draws"]
+
+
 def test_running_estimate_ends_at_the_estimate():
     rng = np.random.default_rng(1)
     losses = rng.random((200, 3))
@@ -137,6 +144,21 @@ def test_training_stops_early_on_a_plateau_and_full_loss_chunks_agree():
     assert trained.stopped_early and trained.steps < 20_000
     w = torch.randn(3, target.dim, generator=g, dtype=torch.float64)
     assert torch.allclose(target.full_loss(w, chunk=700), target.loss(w), rtol=1e-12)
+
+
+def test_training_stops_when_its_check_callback_asks():
+    # The worker's cancel reaches training through on_check's return value.
+    target = landscapes.make("dln", widths=(2, 2), n=300, seed=1, device="cpu", dtype="float64")
+    heard = []
+    trained = train(
+        target,
+        random_init(target, torch.Generator().manual_seed(0)),
+        steps=1000,
+        check_every=10,
+        on_check=lambda step, loss: heard.append(step) or step >= 50,
+    )
+    assert trained.cancelled and not trained.stopped_early
+    assert trained.steps == 50 and heard == trained.checks == [0, 10, 20, 30, 40, 50]
 
 
 def test_random_init_is_not_the_truth_and_is_seeded():

@@ -78,6 +78,30 @@ def test_cli_llc_trains_w0_records_it_and_streams_live_signals(tmp_path):
     assert curve["llc"][-1] == pytest.approx(est["mean"], rel=1e-6)
 
 
+def test_a_cancel_during_training_stops_it_and_reports_no_estimate(tmp_path):
+    from jobs.run import execute
+
+    store = Store(tmp_path)
+    spec = parse_spec(
+        {
+            "target": {"name": "rrr", "params": {"n": 500, "seed": 0}},
+            "sampler": {"name": "sgld", "params": {"step_size": 1e-5}},
+            "chains": 2,
+            "steps": 100,
+            "burn_in": 50,
+            "observables": ["llc"],
+            "llc": {"w0": "train", "train_steps": 100_000, "train_patience": 100_000},
+        }
+    )
+    run_id = store.create(spec.model_dump(mode="json"))
+    summary = execute(spec, store, run_id, should_stop=lambda: True)
+    est = summary["observables"]["llc"]
+    assert summary["status"] == "cancelled"
+    assert est["training"]["cancelled"] and est["training"]["steps"] == 0
+    assert est["draws"] == 0 and est["nan_chains"] == 0 and est["mean"] is None
+    assert [w["code"] for w in est["warnings"]] == ["no_draws"]
+
+
 def test_llc_options_are_validated_by_name(tmp_path):
     mlp = ["--target", "mlp", "--target-param", "dataset=moons", "--sampler", "sgld"]
     out = cli(tmp_path, "run", *mlp, "--observe", "llc", "--w0", "truth", "--steps", "10")

@@ -252,6 +252,8 @@ def final_summary(record) -> None:
         "WBIC": est["wbic"],
         "training steps": training.get("steps"),
     }
+    if training.get("cancelled"):
+        details["training steps"] = f"{training['steps']} (cancelled)"
     shown = [
         "–" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
         for v in details.values()
