@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -135,7 +136,7 @@ class Param:
         return self._scalar(value, self.kind, name)
 
     def _scalar(self, value: Any, kind: str, name: str) -> int | float:
-        if isinstance(value, bool):
+        if isinstance(value, (bool, np.bool_)):
             raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
         try:
             number = float(value)

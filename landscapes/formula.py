@@ -42,7 +42,8 @@ BINARY = {
     ast.Div: torch.div,
     ast.Pow: torch.pow,
 }
-_INDEXED = re.compile(r"w(\d+)\Z")
+_INDEXED = re.compile(r"w(0|[1-9]\d*)\Z")  # w0, w12; not w01, which names no column
+MAX_DIM = 64  # custom.dim's upper bound: a typed w999999999 must not allocate 10^9 columns
 
 Compiled = Callable[[Tensor], Tensor]  # w: [C, d] -> Tensor[C] (or broadcastable)
 
@@ -114,6 +115,10 @@ def _compile(node: ast.AST, src: str, names: set[str]) -> Callable[[dict], Tenso
             v = CONSTANTS[node.id]
             return lambda env: torch.tensor(v, dtype=torch.float64)
         if node.id in ("x", "y") or _INDEXED.match(node.id):
+            if node.id[0] == "w" and int(node.id[1:]) >= MAX_DIM:
+                raise FormulaError(
+                    src, f"{node.id!r}: a formula has at most w0..w{MAX_DIM - 1}", col
+                )
             names.add(node.id)
             key = node.id
             return lambda env: _lookup(env, key, src)

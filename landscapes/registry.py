@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .base import Param, ParamError, Spec, TargetSpec
 from .data import DATASETS
+from .formula import MAX_DIM
 from .networks import SIZE_CLASSES, make_dln, make_mlp, make_polynomial, make_rrr, make_tanh
 from .potentials import (
     Banana,
@@ -193,7 +194,7 @@ SPECS = [
                 None,
                 "dimension (default: from the variables used)",
                 1,
-                64,
+                MAX_DIM,
                 optional=True,
             ),
         ],

@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -40,6 +41,7 @@ def test_unknown_parameter_lists_the_known_ones():
         ("gaussian", "gaussian.dim", {"dim": 0}, "an integer in [1, 2000]"),
         ("gaussian", "gaussian.dim", {"dim": 2.5}, "an integer in [1, 2000]"),
         ("gaussian", "gaussian.dim", {"dim": "two"}, "got 'two'"),
+        ("gaussian", "gaussian.dim", {"dim": np.True_}, "an integer in [1, 2000]"),
         ("gaussian", "gaussian.scales", {"scales": (1.0, -1.0)}, "each in [1e-06, 1e+06]"),
         ("gaussian", "gaussian.scales", {"dim": 3, "scales": (1.0, 2.0)}, "1 or 3 entries"),
         ("gaussian", "gaussian.condition", {"dim": 1, "condition": 10.0}, "dim >= 2"),
@@ -120,6 +122,8 @@ HOSTILE = [
     ("x // 2", "operator FloorDiv is not allowed"),
     ("x @ y", "operator MatMult is not allowed"),
     ("z + 1", "unknown name 'z'"),
+    ("w01**2 + w1**2", "unknown name 'w01'"),  # no column is named w01: refused, not mid-run
+    ("w999999999", "at most w0..w63"),  # 10^9 columns would exhaust memory
     ("x + w3", "either x, y or w0"),
     ("x +", "not a valid formula"),
     ("x; import os", "not a valid formula"),
@@ -193,6 +197,7 @@ def test_formula_dimension_rules():
     assert compile_formula("x * y")[1] == 2
     assert compile_formula("w0 + w4")[1] == 5
     assert compile_formula("w0", dim=3)[1] == 3
+    assert compile_formula("w63")[1] == 64  # custom.dim's upper bound, reached by the formula
     with pytest.raises(ParamError, match=r"custom\.dim"):
         compile_formula("w0 + w4", dim=2)
     with pytest.raises(ParamError, match=r"custom\.dim"):
