@@ -206,7 +206,7 @@ def jobs(args: argparse.Namespace) -> None:
     from . import jobs as bench_jobs  # imports torch
 
     thins = tuple(int(t) for t in args.thin.split(","))
-    print(f"median of {args.repeats} repeats, alternating\n{bench_jobs.HEADER}")
+    print(f"median of {args.repeats} repeats, turns, from rest\n{bench_jobs.HEADER}")
     rows = bench_jobs.run(args.repeats, thins)
     if args.no_record:
         return
@@ -218,7 +218,8 @@ def jobs(args: argparse.Namespace) -> None:
         f"tracing the positions the spec records (held up to a flush's 32 MB, then dropped) vs "
         f"the sampling loop of `jobs.run.execute` into a fresh Store (blocks, records, flushes "
         f"written behind the loop, progress); the last column is the whole run (target "
-        f"build, summary with ESS and R-hat). Median of {args.repeats}, alternating; the "
+        f"build, summary with ESS and R-hat). Median of {args.repeats}, the sides taking turns "
+        f"to go first, each timed from rest ({bench_jobs.SETTLE_S:g} s idle before it); the "
         "overhead is the median of each repeat's jobs / bare. Goal (issue 4): overhead <= 10%.",
         "",
         machine(),

@@ -5,14 +5,16 @@ bare side is ``kernel.run`` in the loop's blocks, tracing what the spec records,
 jobs loop holds them between flushes and then dropped; the jobs side is the sampling loop of
 ``jobs.run.execute`` into a fresh Store (blocks, records kept on the device, flushes written
 behind the loop, progress), and, in the last column, the whole run (building the target, the
-summary). Alternating, median of the repeats; the overhead is the median of each repeat's
-jobs / bare. The specs ask for compiled chunks (``compile: always``), the path with the
-shortest steps and so the one where the loop's own cost weighs most; ``auto`` would run the
-5,000-step MLP eagerly, where steps take ~4x longer.
+summary). Median of the repeats, each side timed from rest and the two taking turns to go
+first (``SETTLE_S``); the overhead is the median of each repeat's jobs / bare. The specs ask
+for compiled chunks (``compile: always``), the path with the shortest steps and so the one
+where the loop's own cost weighs most; ``auto`` would run the 5,000-step MLP eagerly, where
+steps take ~4x longer.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import tempfile
 import time
@@ -89,6 +91,20 @@ def through_jobs(spec) -> tuple[float, float]:
     return summary["sampling_seconds"], total
 
 
+# A run's summary is seconds of ArviZ on the records (8 s for the 1 GB of the banana at thin 1),
+# and a side timed right after it ran slower on this host, for seconds: bare right after a
+# thin-1 run read 0.98 s where it reads 0.79 s after itself, so the overhead read -8% where the
+# sides timed from rest give +15% (bench/RESULTS.md, 2026-11-25 05:20). So every timed side
+# starts from rest, and the sides take turns going first.
+SETTLE_S = 3.0
+
+
+def rested(fn, *args):
+    gc.collect()
+    time.sleep(SETTLE_S)
+    return fn(*args)
+
+
 def run(repeats: int, thins: tuple[int, ...]) -> list[str]:
     rows = []
     for name, case in CASES.items():
@@ -96,11 +112,14 @@ def run(repeats: int, thins: tuple[int, ...]) -> list[str]:
             spec = parse_spec({**case, "thin": thin})
             bare(spec), through_jobs(spec)  # warm-up: compile (cached on disk afterwards)
             times = {"bare": [], "jobs": [], "total": []}
-            for _ in range(repeats):
-                times["bare"].append(bare(spec))
-                loop, total = through_jobs(spec)
-                times["jobs"].append(loop)
-                times["total"].append(total)
+            for i in range(repeats):
+                for side in ("bare", "jobs")[:: 1 if i % 2 == 0 else -1]:
+                    if side == "bare":
+                        times["bare"].append(rested(bare, spec))
+                    else:
+                        loop, total = rested(through_jobs, spec)
+                        times["jobs"].append(loop)
+                        times["total"].append(total)
             b, j, t = (statistics.median(times[k]) for k in ("bare", "jobs", "total"))
             # each repeat's own ratio: its two sides ran back to back, in the same phase of a
             # noisy host, which the medians of the two columns taken apart do not guarantee
