@@ -64,6 +64,7 @@ class Peer:
             text=True,
         )
         self.versions: dict = {}
+        self.keys: dict[tuple[str, int], str] = {}  # the key schedule the peer kept per case
 
     def measure(self, case: str, chains: int, steps: int) -> float:
         request = {"case": case, "chains": chains, "steps": steps}
@@ -73,6 +74,7 @@ class Peer:
             if line.startswith("{"):
                 reply = json.loads(line)
                 self.versions = {k: reply[k] for k in ("jax", "jaxlib", "blackjax", "jax_device")}
+                self.keys[case, chains] = reply["keys"]
                 return reply["seconds"]
         raise RuntimeError(f"the BlackJAX peer exited (code {self.proc.wait()}); see its stderr")
 
@@ -199,6 +201,9 @@ def engine(args: argparse.Namespace) -> None:
         mlp_line,
         "",
     ]
+    if peer:
+        kept = ", ".join(f"{case} {c}: {keys}" for (case, c), keys in peer.keys.items())
+        block += [f"BlackJAX's PRNG keys, the faster of two schedules per case: {kept}.", ""]
     record(block)
 
 
