@@ -168,8 +168,17 @@ def trace_figure(
 
 
 def histogram_edges(lo: float, hi: float, bins: int = 60) -> np.ndarray:
-    """``bins`` equal bins over [lo, hi]: share them to compare several samplers' histograms."""
-    return np.linspace(float(lo), float(hi), int(bins) + 1)
+    """``bins`` equal bins over [lo, hi]: share them to compare several samplers' histograms.
+    A range too narrow to split (constant draws, 1e20 as much as 0) is widened around its
+    middle, so every bin has a width."""
+    lo, hi = float(lo), float(hi)
+    t = np.linspace(0.0, 1.0, int(bins) + 1)
+    edges = lo * (1 - t) + hi * t  # not lo + (hi - lo) t: hi - lo overflows past 1.8e308
+    if not np.all(np.diff(edges) > 0):
+        mid = lo / 2 + hi / 2
+        half = max(0.5, 1e-6 * abs(mid))
+        edges = (mid - half) * (1 - t) + (mid + half) * t
+    return edges
 
 
 def histogram_density(samples, edges) -> np.ndarray:
@@ -208,9 +217,9 @@ def histogram_figure(
         pooled = np.concatenate([np.asarray(v, dtype=float).ravel() for v in series.values()])
         pooled = pooled[np.isfinite(pooled)]
         lo, hi = (pooled.min(), pooled.max()) if pooled.size else (0.0, 1.0)
-        edges = histogram_edges(lo, hi if hi > lo else lo + 1.0, bins)
+        edges = histogram_edges(lo, hi, bins)
     edges = np.asarray(edges, dtype=float)
-    centers, widths = 0.5 * (edges[1:] + edges[:-1]), np.diff(edges)
+    centers, widths = edges[:-1] / 2 + edges[1:] / 2, np.diff(edges)  # no overflow at 1e308
     overlay = len(series) > 1
     fig = go.Figure()
     for i, (name, draws) in enumerate(series.items()):

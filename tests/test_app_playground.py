@@ -82,6 +82,16 @@ def test_histogram_density_is_normalised_over_all_draws():
     assert (density * np.diff(edges)).sum() == pytest.approx(0.8)
 
 
+def test_histogram_of_degenerate_or_huge_ranges_has_its_draws_in_a_bar():
+    # Constant draws, however large, two draws a few ulp apart, and a range past 1.8e308:
+    # every bin has a width and the bars integrate to 1 over the draws they hold.
+    for draws in ([1e20] * 5, [1.0, 1.0 + 1e-15], [-1e308, 1e308], [0.0] * 3):
+        fig = charts.histogram_figure(np.asarray(draws))
+        bar = fig.data[0]
+        assert np.all(np.asarray(bar.width) > 0)
+        assert np.sum(np.asarray(bar.y) * np.asarray(bar.width)) == pytest.approx(1.0)
+
+
 # -- Playground -------------------------------------------------------------------------------
 
 

@@ -165,7 +165,7 @@ def shared_edges(target, exact, draws: dict, i: int) -> np.ndarray:
         pooled = np.concatenate([d[..., i].ravel() for d in draws.values()] or [np.zeros(1)])
         pooled = pooled[np.isfinite(pooled)]
         lo, hi = np.quantile(pooled, [0.005, 0.995]) if pooled.size else (0.0, 1.0)
-    return charts.histogram_edges(lo, hi if hi > lo else lo + 1.0, BINS)
+    return charts.histogram_edges(lo, hi, BINS)
 
 
 def live_group(ids: list[str], coord: int, show: int) -> None:
