@@ -63,7 +63,7 @@ class Estimate:
 
 
 def chain_estimates(losses: np.ndarray, baseline: float, nbeta: float) -> np.ndarray:
-    """[C] nbeta (mean_t L_t,c - L0): NaN for a chain with any non-finite loss."""
+    """[C] nbeta (mean_t L_t,c - L0): non-finite (NaN or inf) for a chain with a non-finite loss."""
     losses = np.asarray(losses, dtype=np.float64)
     if losses.ndim != 2:
         raise ValueError(f"losses must be [draws, chains], got shape {losses.shape}")
