@@ -168,9 +168,9 @@ class LLCObserver:
         per_chain = self.running().cpu().numpy()
         est = llc.summarise(per_chain, self.count)
         burn = math.ceil(self.spec.burn_in / self.spec.thin)
-        losses = records.get("loss", np.zeros((0, len(per_chain))))[burn:]
-        if "center_loss" in records:  # paired: the same excess the estimate averaged
-            losses = losses - records["center_loss"][burn:] + self.baseline
+        losses = np.zeros((0, len(per_chain)))  # no records: a run cancelled at once
+        if "loss" in records:  # paired where the kernel pairs: the excess the estimate averaged
+            losses = llc.paired_losses(records, self.baseline)[burn:]
         spikes = llc.spikes(losses, self.baseline, self.nbeta, dim)
         flushes = self.store.read(self.run_id, series="flushes")
         acceptance = None

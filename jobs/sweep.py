@@ -214,9 +214,7 @@ def _curve(store: Store, run_id: str, spec: RunSpec, summary: dict) -> dict:
     A paired run's losses are taken relative to w0's on the same batch, as its estimate is."""
     data = store.read(run_id, names=["step", "loss", "center_loss"])
     burn = math.ceil(spec.burn_in / spec.thin)
-    loss = data["loss"]
-    if "center_loss" in data:
-        loss = loss - data["center_loss"] + summary["baseline_loss"]
+    loss = llc.paired_losses(data, summary["baseline_loss"])
     run = llc.running(loss, summary["baseline_loss"], summary["nbeta"], burn)
     with np.errstate(invalid="ignore"):
         good = np.isfinite(run[-1]) if len(run) else np.zeros(0, bool)

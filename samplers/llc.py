@@ -71,6 +71,14 @@ def chain_estimates(losses: np.ndarray, baseline: float, nbeta: float) -> np.nda
         return nbeta * (losses.mean(0) - baseline)
 
 
+def paired_losses(records: dict[str, np.ndarray], baseline: float) -> np.ndarray:
+    """[draws, chains] the recorded losses as the estimate averages them: where the kernel
+    paired each step's loss with w0's on the same batch (``center_loss``), L_t - L_t(w0) + L0,
+    the same mean with far less noise; else the losses as recorded."""
+    loss = records["loss"]
+    return loss - records["center_loss"] + baseline if "center_loss" in records else loss
+
+
 def summarise(per_chain: np.ndarray, draws: int) -> Estimate:
     """Mean, SD and SE over the finite per-chain estimates. With no ``draws`` (a run stopped
     before its burn-in ended) there is no estimate, and no chain counts as diverged."""
