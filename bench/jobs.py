@@ -92,10 +92,10 @@ def through_jobs(spec) -> tuple[float, float]:
 
 
 # A run's summary is seconds of ArviZ on the records (8 s for the 1 GB of the banana at thin 1),
-# and a side timed right after it ran slower on this host, for seconds: bare right after a
-# thin-1 run read 0.98 s where it reads 0.79 s after itself, so the overhead read -8% where the
-# sides timed from rest give +15% (bench/RESULTS.md, 2026-11-25 05:20). So every timed side
-# starts from rest, and the sides take turns going first.
+# and a side timed right after it ran slower on this host, for seconds: in a scratch A/B, bare
+# right after a thin-1 run read 0.98 s where it read 0.79 s after itself, so the overhead read
+# -8% where the sides timed from rest give +15..+33% (bench/RESULTS.md, 2026-11-25 05:57 and
+# 06:10). So every timed side starts from rest, and the sides take turns going first.
 SETTLE_S = 3.0
 
 
