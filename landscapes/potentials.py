@@ -143,9 +143,13 @@ class TwistedGaussian(Target):
         return 0.5 * (r0 * s0 + r1 * s1)[:, 0]
 
     def _grad(self, w: Tensor, batch: Batch) -> Tensor:
-        _, _, s0, s1 = self._whitened(w)
+        return self._loss_and_grad(w, batch)[1]
+
+    def _loss_and_grad(self, w: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        # one T(w) for both: two would be two equal buffers a step in a compiled chunk
+        r0, r1, s0, s1 = self._whitened(w)
         g0, g1 = self.pullback(w[:, :1], w[:, 1:], s0, s1)
-        return torch.where(_column(w, 0), g0, g1)
+        return 0.5 * (r0 * s0 + r1 * s1)[:, 0], torch.where(_column(w, 0), g0, g1)
 
     def exact_sample(self, generator: torch.Generator, chains: int) -> Tensor:
         y = self.mu + _randn(generator, (chains, 2), self.dtype) @ self.chol.T

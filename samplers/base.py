@@ -180,7 +180,8 @@ class Kernel(ABC):
         """U = nbeta L + (localization/2)|w - center|^2 + prior, and its gradient."""
         loss, loss_grad = target.loss_and_grad(w, batch)
         nbeta = self.nbeta_for(target)
-        value, grad = nbeta * loss, nbeta * loss_grad
+        # nbeta = 1 (potentials) leaves U as L: the same tensor, one less to carry (MHKernel)
+        value, grad = (loss, loss_grad) if nbeta == 1 else (nbeta * loss, nbeta * loss_grad)
         # Terms that are off are left out, not multiplied by zero: fewer ops per step.
         loc = self.params.get("localization", 0.0)
         if loc:

@@ -28,7 +28,13 @@ class MHKernel(Kernel):
 
     @staticmethod
     def _cache(e: Energy) -> dict[str, Tensor]:
-        return {"U": e.value, "grad": e.grad, "L": e.loss}
+        """U, grad U and L at the position. L is left out where it is U itself (nbeta = 1 and
+        nothing added, as on a potential): a compiled chunk allocates each carried tensor anew
+        every step, and at 64 chains those allocations take longer than the arithmetic."""
+        cache = {"U": e.value, "grad": e.grad}
+        if e.loss is not e.value:
+            cache["L"] = e.loss
+        return cache
 
     @staticmethod
     def accept(log_ratio: Tensor, generator: torch.Generator) -> Tensor:
@@ -47,7 +53,8 @@ class MHKernel(Kernel):
         new_aux = self._cache(e)
         aux = {k: _pick(ok, new_aux[k], v) for k, v in state.aux.items()}
         position = torch.where(ok[:, None], proposal, state.position)
-        return replace(state, position=position, aux=aux), aux["L"], ok.to(position.dtype)
+        loss = aux.get("L", aux["U"])
+        return replace(state, position=position, aux=aux), loss, ok.to(position.dtype)
 
 
 def log_q(to: Tensor, frm: Tensor, grad_frm: Tensor, eps: float) -> Tensor:

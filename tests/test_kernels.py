@@ -359,6 +359,32 @@ def test_a_nan_chain_is_frozen_and_flagged_and_the_others_are_untouched(name):
     assert torch.isnan(info.loss[:, 2]).all()
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("mala", {"step_size": 0.05}),
+        ("rwmh", {"step_size": 0.3}),
+        ("hmc", {"step_size": 0.1, "leapfrog_steps": 5}),
+        ("hmc", {"step_size": 0.1, "leapfrog_steps": 5, "jitter": True}),
+        # U = L only at nbeta = 1 with nothing added; here U is 2 L, or L plus the pull
+        ("mala", {"step_size": 0.05, "nbeta": 2.0}),
+        ("hmc", {"step_size": 0.1, "leapfrog_steps": 5, "localization": 3.0}),
+    ],
+)
+def test_mh_kernels_report_the_loss_of_the_position_they_keep(name, params, fused):
+    """The loss a Metropolis kernel reports each step is L at the position it kept (accepted or
+    not), recomputed here by the target, whether or not U is L."""
+    target = landscapes.make("banana", device=DEVICE, dtype="float64")
+    kernel = samplers.make(name, **params)
+    g = gen(3)
+    state = kernel.init(target.exact_sample(g, 64), target, g)
+    state, info = kernel.run(state, target, g, 40, fused=fused, positions=True)
+    assert 0.05 < info.accepted.mean() < 0.999  # both branches of the accept were taken
+    want = target.loss(info.position.reshape(-1, 2)).reshape(info.loss.shape)
+    torch.testing.assert_close(info.loss, want, rtol=1e-12, atol=1e-12)
+
+
 def test_divergence_during_a_run_is_caught():
     # SGLD with a huge step on the banana overflows; such chains stop where they were finite
     target = landscapes.make("banana", device=DEVICE, dtype="float64")
