@@ -1,7 +1,7 @@
 """Benchmarks, side by side with a peer library.
 
     python -m bench setup-peer [--cuda]     # bench/.peer-venv with jax, blackjax, scikit-learn
-    python -m bench engine [--repeats 5] [--steps 500] [--quick] [--device auto|cpu|cuda]
+    python -m bench engine [--repeats 5] [--steps 512] [--quick] [--device auto|cpu|cuda]
                            [--chains 64,4096] [--no-record]
     python -m bench jobs [--repeats 5] [--thin 1,10] [--no-record]
     python -m bench setup-devinterp         # bench/.devinterp-venv with devinterp 1.3.2
@@ -37,7 +37,8 @@ BENCH = Path(__file__).resolve().parent
 PEER_VENV = BENCH / ".peer-venv"
 PEER_PYTHON = PEER_VENV / "bin" / "python"
 RESULTS = BENCH / "RESULTS.md"
-STEPS, QUICK_STEPS, REPEATS = 500, 20, 5
+# 512: whole blocks of 256 steps (bench.engine.BasinCase.advance), none padded with no-ops
+STEPS, QUICK_STEPS, REPEATS = 512, 20, 5
 # A measurement lasts at least this long (its step count doubles from STEPS until Basin's takes
 # this long, and both sides then run that many): 500 steps at 64 chains last ~3 ms, which times
 # thread wake-ups and the other runtime's still-spinning threads, not the sampler.
