@@ -37,7 +37,7 @@ BENCH = Path(__file__).resolve().parent
 PEER_VENV = BENCH / ".peer-venv"
 PEER_PYTHON = PEER_VENV / "bin" / "python"
 RESULTS = BENCH / "RESULTS.md"
-# 512: whole blocks of 256 steps (bench.engine.BasinCase.advance), none padded with no-ops
+# 512: whole compiled chunks of 256 steps (bench.engine.BasinCase.advance), none padded
 STEPS, QUICK_STEPS, REPEATS = 512, 20, 5
 # A measurement lasts at least this long (its step count doubles from STEPS until Basin's takes
 # this long, and both sides then run that many): 500 steps at 64 chains last ~3 ms, which times

@@ -1,5 +1,5 @@
 """Basin's side of ``python -m bench engine``: kernels from ``samplers.make`` on targets from
-``landscapes.make``, timed over ``kernel.run`` in the blocks a Basin run takes."""
+``landscapes.make``, timed over ``kernel.run`` in calls of one compiled chunk."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import torch
 
 import landscapes
 import samplers
-from jobs.run import MAX_BLOCK
-from samplers.fused import Ahead
+from samplers.fused import MAX_CHUNK, Ahead
 
 from .cases import CASES, TARGETS
 
@@ -48,14 +47,15 @@ class BasinCase:
         self.ahead = Ahead()
 
     def advance(self, steps: int) -> None:
-        """``steps`` steps as Basin's runs take them (``jobs.run``): ``kernel.run`` calls of one
-        compiled chunk each (MAX_BLOCK steps), sharing an ``Ahead``, every call's per-step
-        records (loss, accepted, diverged) computed and then dropped. One call of all the steps
-        would also stack every step's records into one fresh array, which no run does (jobs
-        writes a block's records as they are) and the peer's scan does not make: 150 MB of
-        copies into new pages for 4000 steps at 4096 chains, 25% of that case's time."""
-        for start in range(0, steps, MAX_BLOCK):
-            n = min(MAX_BLOCK, steps - start)
+        """``steps`` steps in ``kernel.run`` calls of one compiled chunk each (MAX_CHUNK steps),
+        sharing an ``Ahead``, every call's per-step records (loss, accepted, diverged) computed
+        and then dropped, as the jobs loop runs a run in blocks of at most one chunk. One call of
+        all the steps would also stack every step's records into one fresh array, which the
+        jobs loop does not make (it writes each block's records as they are) nor the peer's
+        scan: 150 MB of copies into new pages for 4000 steps at 4096 chains, 25% of that case's
+        time (bench/RESULTS.md, 2026-11-25 09:59 reading)."""
+        for start in range(0, steps, MAX_CHUNK):
+            n = min(MAX_CHUNK, steps - start)
             self.state, _ = self.kernel.run(
                 self.state, self.target, self.generator, n, fused=True, ahead=self.ahead
             )

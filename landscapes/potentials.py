@@ -138,9 +138,13 @@ class TwistedGaussian(Target):
         r0, r1 = y0 - m0, y1 - m1
         return r0, r1, r0 * p00 + r1 * p10, r0 * p01 + r1 * p11
 
-    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
-        r0, r1, s0, s1 = self._whitened(w)
+    @staticmethod
+    def _energy(r0: Tensor, r1: Tensor, s0: Tensor, s1: Tensor) -> Tensor:
+        """-log N(T(w)) up to its constant: r^T Sigma^-1 r / 2, [C]."""
         return 0.5 * (r0 * s0 + r1 * s1)[:, 0]
+
+    def _loss(self, w: Tensor, batch: Batch) -> Tensor:
+        return self._energy(*self._whitened(w))
 
     def _grad(self, w: Tensor, batch: Batch) -> Tensor:
         return self._loss_and_grad(w, batch)[1]
@@ -149,7 +153,7 @@ class TwistedGaussian(Target):
         # one T(w) for both: two would be two equal buffers a step in a compiled chunk
         r0, r1, s0, s1 = self._whitened(w)
         g0, g1 = self.pullback(w[:, :1], w[:, 1:], s0, s1)
-        return 0.5 * (r0 * s0 + r1 * s1)[:, 0], torch.where(_column(w, 0), g0, g1)
+        return self._energy(r0, r1, s0, s1), torch.where(_column(w, 0), g0, g1)
 
     def exact_sample(self, generator: torch.Generator, chains: int) -> Tensor:
         y = self.mu + _randn(generator, (chains, 2), self.dtype) @ self.chol.T
