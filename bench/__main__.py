@@ -29,9 +29,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jobs as _jobs  # noqa: F401  (first: torch's allocator and libgomp options, as in a worker)
+import jobs as _jobs  # first: torch's allocator and libgomp options, as in a worker
 
 from .cases import CASES, case_chains
+
+_jobs.restart_tuned()  # and glibc's, as a worker starts with them (jobs/__init__.py)
 
 BENCH = Path(__file__).resolve().parent
 PEER_VENV = BENCH / ".peer-venv"

@@ -19,3 +19,43 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 # run through jobs (25-step blocks between snapshots) 0.61 -> 0.53 s, the surfaces' eager loops
 # unchanged within the host's noise. libgomp reads it when it loads: before torch, as above.
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+
+# glibc's per-thread cache (tcache) keeps 7 freed blocks of each small size; a compiled step frees
+# more buffers than that of one size, and the rest went back to the arena under its lock. With 64
+# (and torch's tensors from malloc, samplers/allocator.py) HMC on 64 banana chains took 8.2 us a
+# step instead of 9.7 (bench/RESULTS.md, 2026-11-25 11:30 reading). glibc reads its tunables once,
+# at start-up: the processes Basin starts get them in their environment (``tuned_environ``), and
+# ``python -m jobs`` / ``python -m bench`` start themselves again with them (``restart_tuned``).
+TCACHE_TUNABLE = "glibc.malloc.tcache_count"
+TCACHE_COUNT = 64
+_RESTARTED = "BASIN_TUNED"  # set before the restart: never twice, even where glibc drops them
+
+
+def tuned_environ(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with glibc's tcache raised, unless BASIN_ALLOCATOR=torch
+    or the tunable is set already."""
+    env = dict(os.environ if env is None else env)
+    tunables = env.get("GLIBC_TUNABLES", "")
+    if env.get("BASIN_ALLOCATOR", "malloc") == "malloc" and TCACHE_TUNABLE + "=" not in tunables:
+        tuned = f"{TCACHE_TUNABLE}={TCACHE_COUNT}"
+        env["GLIBC_TUNABLES"] = f"{tunables}:{tuned}" if tunables else tuned
+    return env
+
+
+def restart_tuned() -> None:
+    """Re-executes this program (same pid, same arguments) with ``tuned_environ`` when glibc
+    started without it. Call it first thing in a ``__main__``, before torch is imported."""
+    import sys
+
+    try:
+        glibc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):
+        glibc = ""
+    env = tuned_environ()
+    if not glibc.startswith("glibc") or os.environ.get(_RESTARTED) or env == os.environ:
+        return
+    env[_RESTARTED] = "1"
+    try:
+        os.execve(sys.executable, sys.orig_argv, env)
+    except OSError:  # e.g. no executable to start again: run as we are
+        return

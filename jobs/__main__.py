@@ -21,6 +21,11 @@ A bad spec exits with code 2 and one message naming the field. The store is $BAS
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # glibc's tunables, before torch loads (jobs/__init__.py)
+    from . import restart_tuned
+
+    restart_tuned()
+
 import argparse
 import json
 import math

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import tuned_environ
 from .store import Store, _pid_alive
 
 PIDFILE = "supervisor.pid"
@@ -46,7 +47,7 @@ def ensure_supervisor(store: Store, slots: int | None = None) -> int:
         if pid is not None:
             return pid
         root = Path(__file__).resolve().parents[1]
-        env = {**os.environ, "BASIN_HOME": str(store.home)}
+        env = tuned_environ({**os.environ, "BASIN_HOME": str(store.home)})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
         command = [sys.executable, "-m", "jobs", "worker"]
         if slots:

@@ -1,0 +1,132 @@
+"""torch's CPU tensors from malloc (samplers/allocator.py) and glibc's tunables for the processes
+Basin starts (jobs.tuned_environ): memory comes back aligned, intact and freed from any thread,
+sampling gives the same numbers bit for bit, and a worker starts with the tunables."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import jobs
+import landscapes
+import samplers
+from samplers import allocator
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = [1, 63, 64, 65, 1000, 1 << 16, 3 << 20]  # bytes; the last is past c10's THP threshold
+
+need = pytest.mark.skipif(
+    not (allocator.wanted() and shutil.which(os.environ.get("CXX", "c++"))),
+    reason="the malloc allocator is built on Linux with a C++ compiler",
+)
+
+
+@need
+def test_samplers_import_installs_the_malloc_allocator():
+    assert allocator.active()  # built and loaded, or this machine's compiler failed it
+
+
+@need
+@pytest.mark.parametrize("huge", [False, True])
+def test_tensors_are_aligned_and_keep_their_values(monkeypatch, huge):
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "1" if huge else "0")
+    assert allocator.install()
+    try:
+        for size in SIZES:
+            t = torch.empty(size, dtype=torch.uint8)
+            page = huge and size >= 2 << 20  # c10 page-aligns these when THP is asked for
+            assert t.data_ptr() % (os.sysconf("SC_PAGESIZE") if page else 64) == 0, size
+            t.copy_(torch.arange(size) % 251)
+            # sum of (i mod 251) over i < size, in closed form
+            full, rest = divmod(size, 251)
+            assert int(t.sum(dtype=torch.int64)) == full * 250 * 251 // 2 + rest * (rest - 1) // 2
+        assert torch.empty(0).data_ptr() == 0
+    finally:
+        monkeypatch.delenv("THP_MEM_ALLOC_ENABLE")
+        allocator.install()
+
+
+@need
+def test_tensors_free_from_any_thread_and_across_a_switch():
+    made: list[torch.Tensor] = []
+
+    def make():
+        made.extend(torch.full((n,), float(n)) for n in range(1, 300))
+
+    thread = threading.Thread(target=make)
+    thread.start()
+    thread.join()
+    assert all(float(t.sum()) == len(t) ** 2 for t in made)
+    made.clear()  # freed here, made on the other thread
+
+    allocator.uninstall()  # made by torch's allocator, freed by ours, and the other way round
+    theirs = [torch.ones(n) for n in (10, 5000, 1 << 20)]
+    assert not allocator.active()
+    assert allocator.install()
+    ours = [torch.ones(n) for n in (10, 5000, 1 << 20)]
+    allocator.uninstall()
+    del ours
+    assert allocator.install()
+    assert sum(float(t.sum()) for t in theirs) == 10 + 5000 + (1 << 20)
+    del theirs
+
+
+@need
+@pytest.mark.parametrize("fused", [False, True])
+def test_sampling_is_the_same_bit_for_bit_under_either_allocator(fused):
+    def run():
+        target = landscapes.make("banana", device="cpu", dtype="float32")
+        kernel = samplers.make("hmc", step_size=0.1, leapfrog_steps=5)
+        g = torch.Generator().manual_seed(4)
+        state = kernel.init(target.initial(g, 64), target, g)
+        state, info = kernel.run(state, target, g, 40, fused=fused)
+        return state.position, info.loss
+
+    try:
+        allocator.uninstall()
+        reference = run()
+        assert allocator.install()
+        got = run()
+    finally:
+        allocator.install()
+    assert torch.equal(got[0], reference[0]) and torch.equal(got[1], reference[1])
+
+
+def test_tuned_environ_adds_the_tcache_tunable_once():
+    key = jobs.TCACHE_TUNABLE
+    assert jobs.tuned_environ({})["GLIBC_TUNABLES"] == f"{key}={jobs.TCACHE_COUNT}"
+    mixed = jobs.tuned_environ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
+    assert mixed["GLIBC_TUNABLES"] == f"glibc.malloc.arena_max=2:{key}={jobs.TCACHE_COUNT}"
+    mine = {"GLIBC_TUNABLES": f"{key}=7"}  # the user's own value stays
+    assert jobs.tuned_environ(mine) == mine
+    assert "GLIBC_TUNABLES" not in jobs.tuned_environ({"BASIN_ALLOCATOR": "torch"})
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION")),
+    reason="glibc's tunables, read from /proc",
+)
+def test_a_worker_starts_again_with_the_tunables_under_its_own_pid(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "BASIN_TUNED")}
+    env |= {"BASIN_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "jobs", "worker"], cwd=ROOT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the pid's environment changes when it has started again
+            environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+            if b"BASIN_TUNED=1" in environ or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        tuned = f"GLIBC_TUNABLES={jobs.TCACHE_TUNABLE}={jobs.TCACHE_COUNT}".encode()
+        assert tuned in environ
+    finally:
+        proc.terminate()
+        proc.wait(30)
