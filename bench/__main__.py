@@ -33,7 +33,8 @@ import jobs as _jobs  # first: torch's allocator and libgomp options, as in a wo
 
 from .cases import CASES, case_chains
 
-_jobs.restart_tuned()  # and glibc's, as a worker starts with them (jobs/__init__.py)
+if __name__ == "__main__":
+    _jobs.restart_tuned()  # and glibc's, as a worker starts with them (jobs/__init__.py)
 
 BENCH = Path(__file__).resolve().parent
 PEER_VENV = BENCH / ".peer-venv"
@@ -93,6 +94,11 @@ def now() -> str:
 def machine(*details: str) -> str:
     """The "Machine: ..." line of a results block, with the bench's own details after it."""
     where = [f"{platform.platform()}, {os.cpu_count()} CPUs", f"Python {platform.python_version()}"]
+    # torch's CPU tensors from malloc only where this process imported samplers (which installs it)
+    ours = sys.modules.get("samplers.allocator")
+    tunables = os.environ.get("GLIBC_TUNABLES", "unset")
+    where.append(f"CPU allocator {'malloc' if ours and ours.active() else 'torch'}")
+    where.append(f"GLIBC_TUNABLES={tunables}")
     return "Machine: " + "; ".join([*where, *details]) + "."
 
 
