@@ -40,6 +40,9 @@ struct MallocAllocator final : c10::Allocator {
     }
     const bool huge = huge_pages && n >= kHugeFrom;
     const std::size_t alignment = huge ? static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) : kAlignment;
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, n <= SIZE_MAX - alignment, "DefaultCPUAllocator: not enough memory: you tried to allocate ",
+        n, " bytes.");
     void* raw = std::malloc(n + alignment);  // malloc's 16-byte alignment leaves >= 16 bytes
     TORCH_CHECK_WITH(
         OutOfMemoryError, raw != nullptr, "DefaultCPUAllocator: not enough memory: you tried to allocate ",

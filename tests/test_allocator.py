@@ -55,6 +55,13 @@ def test_tensors_are_aligned_and_keep_their_values(monkeypatch, huge):
 
 
 @need
+def test_an_allocation_past_memory_is_torchs_out_of_memory_error_not_a_crash():
+    with pytest.raises(torch.OutOfMemoryError, match="not enough memory"):
+        torch.empty(2**62, dtype=torch.uint8)
+    assert float(torch.ones(3).sum()) == 3.0  # and the allocator goes on
+
+
+@need
 def test_tensors_free_from_any_thread_and_across_a_switch():
     made: list[torch.Tensor] = []
 
