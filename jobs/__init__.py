@@ -23,9 +23,10 @@ os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 # glibc's per-thread cache (tcache) keeps 7 freed blocks of each small size; a compiled step frees
 # more buffers than that of one size, and the rest went back to the arena under its lock. With 64
 # (and torch's tensors from malloc, samplers/allocator.py) HMC on 64 banana chains took 8.2 us a
-# step instead of 9.7 (bench/RESULTS.md, 2026-11-25 11:30 reading). glibc reads its tunables once,
-# at start-up: the processes Basin starts get them in their environment (``tuned_environ``), and
-# ``python -m jobs`` / ``python -m bench`` start themselves again with them (``restart_tuned``).
+# step instead of 9.7 (bench/RESULTS.md, the reading after the 2026-11-25 11:32 jobs run). glibc
+# reads its tunables once, at start-up: the processes Basin starts get them in their environment
+# (``tuned_environ``), and ``python -m jobs`` / ``python -m bench`` start themselves again with
+# them (``restart_tuned``).
 TCACHE_TUNABLE = "glibc.malloc.tcache_count"
 TCACHE_COUNT = 64
 _RESTARTED = "BASIN_TUNED"  # set before the restart: never twice, even where glibc drops them
