@@ -53,11 +53,12 @@ def block_steps(spec: RunSpec, dim: int) -> int:
 
 def compiled(spec: RunSpec, kernel, state, target) -> bool:
     """Whether the run's steps go through compiled chunks (``spec.compile``)."""
-    from samplers.fused import worth_compiling  # imports torch's compiler: only when running
+    from samplers.fused import fusable_here, worth_compiling  # torch's compiler: when running
 
     if spec.compile == "auto":
         return worth_compiling(kernel, state, target, spec.steps)
-    return spec.compile == "always" and kernel.fusable
+    # "always" where it can: without a compiler the steps run eagerly, as ``kernel.run`` would
+    return spec.compile == "always" and fusable_here(kernel, state.position.device)
 
 
 def projection(spec: RunSpec, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:

@@ -116,7 +116,9 @@ class RunSpec(_Model):
     flush_every: int = 0  # 0: auto (every ~0.5 s); else 1 .. steps
     # Run the steps as compiled chunks: "auto" when the compile pays for itself within the run
     # (samplers.fused.worth_compiling), "always" (a worker that will see the spec again keeps
-    # the compiled code), or "never". Either way the run is reproducible from its seed.
+    # the compiled code), or "never". Either way the run is reproducible from its seed. Where
+    # torch.compile has no compiler to build with, every run steps eagerly (its summary's
+    # "compiled" says which it did).
     compile: Literal["auto", "always", "never"] = "auto"
 
     @model_validator(mode="after")

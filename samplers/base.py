@@ -9,6 +9,7 @@ was and flagged while the others go on untouched.
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -129,7 +130,8 @@ class Kernel(ABC):
 
         ``fused=True`` runs ``chunk`` steps per compiled call (``samplers.fused``: a scan
         compiled with torch.compile) with their noise and minibatch indices drawn up front; it
-        applies to fusable kernels and falls back to the eager loop otherwise. The first call
+        applies to fusable kernels and falls back to the eager loop otherwise, and where
+        torch.compile has no compiler to build with (with a warning saying so). The first call
         compiles (seconds, cached on disk); later calls reuse it. ``chunk`` defaults to 256
         steps, fewer where their noise would take more than 32 MiB. Fused runs draw the same
         noise law in another order, so they are reproducible from the seed but not
@@ -137,6 +139,13 @@ class Kernel(ABC):
         a run's calls, draws the next call's noise while the caller handles this one's steps.
         """
         infos: list[Info] = []
+        if fused and self.fusable:
+            from .fused import compile_problem
+
+            problem = compile_problem(state.position.device.type)
+            if problem is not None:
+                warnings.warn(f"fused=True runs the steps eagerly: {problem}", stacklevel=2)
+                fused = False
         if fused and self.fusable:
             from .fused import run_fused
 

@@ -12,7 +12,10 @@ row through a ``Replay`` in the same order.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import os
+import shutil
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -506,6 +509,32 @@ class _OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@functools.cache
+def compile_problem(device_type: str) -> str | None:
+    """Why torch.compile cannot build code for ``device_type`` on this machine, or None when it
+    can. Inductor compiles C++ for the CPU and Triton builds a C launcher for CUDA; an image
+    without a compiler (python:3.11-slim) then runs every step eagerly instead of failing its
+    runs with inductor's InvalidCxxCompiler. Checked once per process, as inductor does."""
+    if device_type == "cuda":  # Triton's own search: $CC, else gcc, else clang
+        if os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang"):
+            return None
+        return "Triton finds no C compiler (set CC, or install gcc)"
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # another torch: leave it to torch.compile
+        return None
+    try:
+        get_cpp_compiler()  # inductor's search of $CXX / g++, each tried with --version
+    except Exception as exc:  # InvalidCxxCompiler, or the search's own failure
+        return f"torch.compile finds no working C++ compiler ({type(exc).__name__}: {exc})"
+    return None
+
+
+def fusable_here(kernel: Kernel, device: torch.device) -> bool:
+    """Whether ``kernel`` can run as compiled chunks on ``device`` on this machine."""
+    return kernel.fusable and compile_problem(device.type) is None
+
+
 def worth_compiling(kernel: Kernel, state: State, target, steps: int) -> bool:
     """Whether ``steps`` steps from ``state`` should run fused: the time the compiled chunk
     saves over the run's eager steps, estimated from the operations one eager step dispatches
@@ -514,7 +543,7 @@ def worth_compiling(kernel: Kernel, state: State, target, steps: int) -> bool:
     spec takes the same path, so a seed gives the same run on any machine of a device type.
     Short runs start at once instead of after the compile (a 5,000-step normal-crossing LLC
     estimate: ~0.6 s eager, ~5.6 s with a cached compile), long runs get the fused speed."""
-    if not kernel.fusable:
+    if not fusable_here(kernel, state.position.device):
         return False
     counter = _OpCounter()
     with torch.no_grad(), counter:
