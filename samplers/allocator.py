@@ -4,8 +4,8 @@ glibc's per-thread cache instead of its arena.
 A compiled chunk (``samplers.fused``) allocates every intermediate buffer of its loop body anew
 at each step, and c10 takes each from posix_memalign, which glibc serves under the arena's lock,
 never from its per-thread cache. HMC on 64 banana chains, a few microseconds of arithmetic a
-step, took 11.4-12.3 us a step so, 9.7 with this allocator, and 8.2 with glibc's cache raised as
-well (bench/RESULTS.md, the reading after the 2026-11-25 11:32 jobs run). The
+step, took 11.4-12.3 us a step with c10's allocator, 9.7 with this one, and 8.2 with glibc's
+cache raised as well (bench/RESULTS.md, the reading after the 2026-11-25 11:32 jobs run). The
 replacement allocator asks malloc for 64 bytes more and aligns by hand; it is built once per
 torch version with the C++ compiler that torch.compile already needs, cached, and loaded with
 ctypes. Where it cannot be built (no compiler, not Linux) torch's allocator stays, and nothing

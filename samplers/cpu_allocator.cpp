@@ -3,8 +3,8 @@
 // c10's default CPU allocator asks posix_memalign for 64-byte alignment. glibc (2.36, Debian 12)
 // serves an aligned request from the arena, under its lock, never from the per-thread cache
 // (tcache), so each of the ~28 small buffers a compiled HMC step allocates costs an arena round
-// trip. Asking malloc for 64 bytes more and rounding the pointer up keeps tcache's fast path,
-// and is what c10 itself does on platforms without posix_memalign. The pointer malloc returned
+// trip. Asking malloc for 64 bytes more and rounding the pointer up keeps tcache's fast path
+// for the small sizes a step's buffers have. The pointer malloc returned
 // is kept in the 8 bytes before the aligned one; data and context are the same pointer, as in
 // c10's allocator, so raw_allocate / raw_deallocate and copy-on-write clones work unchanged.
 // Large tensors keep c10's transparent-huge-page behaviour when THP_MEM_ALLOC_ENABLE is set:
