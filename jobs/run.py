@@ -239,15 +239,20 @@ class Records:
             return
         rows = torch.arange(offset, info.loss.shape[0], thin, device=info.loss.device)
         step = rows + first_step
-        if thin == 1:  # every row: keep views, written as they are at the flush
-            rows = slice(None)
-        kept = {"step": step, "loss": info.loss[rows], "diverged": info.diverged[rows]}
+
+        def take(value: torch.Tensor) -> torch.Tensor:
+            # every row: views, written as they are at the flush; else copies of the kept rows,
+            # by index_select: the banana's 4096 chains at thin 10 kept their rows in 9-13 ms a
+            # run, against 17-20 with advanced indexing (bench/RESULTS.md, 2026-11-25)
+            return value if thin == 1 else value.index_select(0, rows)
+
+        kept = {"step": step, "loss": take(info.loss), "diverged": take(info.diverged)}
         if self.mh:
-            kept["accepted"] = info.accepted[rows] > 0.5  # bool: a quarter of the bytes
+            kept["accepted"] = take(info.accepted) > 0.5  # bool: a quarter of the bytes
         if info.position is not None:  # every position, or its projection on ``basis``
-            kept["position"] = info.position[rows]
+            kept["position"] = take(info.position)
         for name, value in info.scalars.items():  # kinetic energy, thermostat, ...
-            kept[name] = value[rows]
+            kept[name] = take(value)
         self.pending.append(kept)
         self.kept_bytes += sum(v.numel() * v.element_size() for v in kept.values())
 
