@@ -43,7 +43,7 @@ RESULTS = BENCH / "RESULTS.md"
 # 512: whole compiled chunks of 256 steps (bench.engine.BasinCase.advance), none padded
 STEPS, QUICK_STEPS, REPEATS = 512, 20, 5
 # A measurement lasts at least this long (its step count doubles from STEPS until Basin's takes
-# this long, and both sides then run that many): 500 steps at 64 chains last ~3 ms, which times
+# this long, and both sides then run that many): 512 steps at 64 chains last ~3 ms, which times
 # thread wake-ups and the other runtime's still-spinning threads, not the sampler.
 MIN_SECONDS = 0.2
 

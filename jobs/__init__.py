@@ -43,17 +43,21 @@ def tuned_environ(env: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def glibc() -> bool:
+    """Whether this process runs on glibc (whose tunables ``tuned_environ`` sets)."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (AttributeError, ValueError, OSError):  # not a POSIX confstr, or not glibc's name
+        return False
+
+
 def restart_tuned() -> None:
     """Re-executes this program (same pid, same arguments) with ``tuned_environ`` when glibc
     started without it. Call it first thing in a ``__main__``, before torch is imported."""
     import sys
 
-    try:
-        glibc = os.confstr("CS_GNU_LIBC_VERSION") or ""
-    except (AttributeError, ValueError, OSError):
-        glibc = ""
     env = tuned_environ()
-    if not glibc.startswith("glibc") or os.environ.get(_RESTARTED) or env == os.environ:
+    if not glibc() or os.environ.get(_RESTARTED) or env == os.environ:
         return
     env[_RESTARTED] = "1"
     try:

@@ -38,8 +38,8 @@ def test_samplers_import_installs_the_malloc_allocator():
 @pytest.mark.parametrize("huge", [False, True])
 def test_tensors_are_aligned_and_keep_their_values(monkeypatch, huge):
     monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "1" if huge else "0")
-    assert allocator.install()
     try:
+        assert allocator.install()
         for size in SIZES:
             t = torch.empty(size, dtype=torch.uint8)
             page = huge and size >= 2 << 20  # c10 page-aligns these when THP is asked for
@@ -49,8 +49,8 @@ def test_tensors_are_aligned_and_keep_their_values(monkeypatch, huge):
             full, rest = divmod(size, 251)
             assert int(t.sum(dtype=torch.int64)) == full * 250 * 251 // 2 + rest * (rest - 1) // 2
         assert torch.empty(0).data_ptr() == 0
-    finally:
-        monkeypatch.delenv("THP_MEM_ALLOC_ENABLE")
+    finally:  # the process's own setting (``import jobs`` set it) for the tests after this one
+        monkeypatch.undo()
         allocator.install()
 
 
@@ -118,7 +118,7 @@ def test_tuned_environ_adds_the_tcache_tunable_once():
 
 
 @pytest.mark.skipif(
-    not (sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION")),
+    not (jobs.glibc() and Path("/proc/self/environ").exists()),
     reason="glibc's tunables, read from /proc",
 )
 def test_a_worker_starts_again_with_the_tunables_under_its_own_pid(tmp_path):

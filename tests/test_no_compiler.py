@@ -47,7 +47,6 @@ def test_fused_steps_eagerly_where_nothing_compiles(monkeypatch):
         assert not compiled(spec.model_copy(update={"compile": mode}), kernel, state, target)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the compilers of Linux")
 def test_a_run_without_a_compiler_completes_uncompiled(tmp_path):
     env = {
         **os.environ,
