@@ -29,9 +29,6 @@ FLUSH_SECONDS = 0.5
 # Records kept before a flush, at most: 4096 chains of a 2-D potential recording every step make
 # ~1 GB/s, so half a second's worth would hold ~0.5 GB, and as much again while it is written.
 FLUSH_BYTES = 32 << 20
-# ESS and R-hat use at most this many chains: ArviZ takes ~20 s on 4096 chains x 2000 draws and
-# 0.2 s on 256; chains start i.i.d., so the first 256 estimate the mixing as well.
-DIAGNOSTIC_CHAINS = 256
 BLOCK_ELEMENTS = 2**22  # chain x parameter x step elements per block: bounds memory and latency
 MAX_BLOCK = 256  # the fused path's chunk: one compiled length serves every block of a run
 # The first block is one step, flushed at once, so whoever watches sees the first records in well
@@ -359,7 +356,9 @@ def summarise(
             # torch reduces float32 with float64 accumulators (Welford), on all threads and
             # without the float64 copy of every draw that numpy would make
             var, mean = torch.var_mean(torch.from_numpy(kept).reshape(-1, kept.shape[-1]), 0)
-            some = np.moveaxis(kept[:, :DIAGNOSTIC_CHAINS], 0, 1).astype(np.float64)
+            # ESS and R-hat from the first chains (``diagnostics.diagnosed_chains``)
+            k = diagnostics.diagnosed_chains(kept.shape[1], kept.shape[0])
+            some = np.moveaxis(kept[:, :k], 0, 1).astype(np.float64)
             summary["coordinates"] = {
                 "mean": mean.tolist(),
                 "var": var.tolist(),

@@ -253,6 +253,46 @@ def in_process(home: Path, sampler: str, params: dict, **spec) -> tuple[dict, di
     return summary, store.read(run_id)
 
 
+def test_the_summarys_ess_and_rhat_are_arvizs_on_the_first_chains_that_fit(tmp_path, monkeypatch):
+    import arviz
+
+    from samplers import diagnostics
+
+    # 1,200 draws a chain and room for 4,800 draws: the first 4 of the 12 chains are diagnosed
+    monkeypatch.setattr(diagnostics, "DIAGNOSED_DRAWS", 4800)
+    summary, data = in_process(
+        tmp_path, "mala", {"step_size": 0.3}, chains=12, steps=1400, burn_in=200, seed=5
+    )
+    coords = summary["coordinates"]
+    assert coords["diagnostic_chains"] == 4
+    draws = np.moveaxis(data["position"][200:, :4], 0, 1)  # [chain, draw, d], as ArviZ takes
+    dataset = arviz.convert_to_dataset({"x": draws})
+    np.testing.assert_allclose(coords["ess_bulk"], arviz.ess(dataset, method="bulk")["x"].values)
+    np.testing.assert_allclose(coords["rhat"], arviz.rhat(dataset, method="rank")["x"].values)
+    # the moments still use every chain
+    every = data["position"][200:].reshape(-1, 2)
+    np.testing.assert_allclose(coords["mean"], every.mean(0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("chains", "draws", "diagnosed"),
+    # at most 256 chains and 2^20 draws in all, never fewer than 4 chains (nor than there are)
+    [
+        (8, 100, 8),
+        (4096, 1000, 256),
+        (4096, 4096, 256),
+        (4096, 20_000, 52),
+        (64, 10**6, 4),
+        (3, 10**7, 3),
+        (1, 0, 1),
+    ],
+)
+def test_diagnosed_chains(chains, draws, diagnosed):
+    from samplers import diagnostics
+
+    assert diagnostics.diagnosed_chains(chains, draws) == diagnosed
+
+
 @pytest.mark.parametrize(
     ("flush_every", "compile"),  # fixed flushes, or every ~0.5 s; compiled chunks, or eager
     [(100, "always"), (0, "always"), (0, "auto")],

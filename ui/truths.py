@@ -22,7 +22,6 @@ POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind ==
 DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
 EXACT_DRAWS = 20_000
 EXACT_SEED = 20_250_131
-DIAGNOSTIC_CHAINS = 256  # as jobs.run: ArviZ on more chains costs seconds and says no more
 # Draws behind histograms, tails and KS: an even subsample beyond this (the statistics' Monte
 # Carlo error at 10^5 draws is below what the figures show; a 4096-chain run has 10^7).
 MAX_STAT = 100_000
@@ -79,7 +78,8 @@ def tail_ess(run_id: str, burn: int) -> list[float] | None:
     draws = np.moveaxis(data["position"][burn:, ~data["diverged"][-1]], 0, 1)
     if not draws.shape[0]:
         return None
-    return np.atleast_1d(diagnostics.ess_tail(draws[:DIAGNOSTIC_CHAINS].astype(float))).tolist()
+    some = diagnostics.diagnosed_chains(*draws.shape[:2])  # the chains the summary's ESS used
+    return np.atleast_1d(diagnostics.ess_tail(draws[:some].astype(float))).tolist()
 
 
 def even_sample(
