@@ -78,8 +78,8 @@ def tail_ess(run_id: str, burn: int) -> list[float] | None:
     draws = np.moveaxis(data["position"][burn:, ~data["diverged"][-1]], 0, 1)
     if not draws.shape[0]:
         return None
-    some = diagnostics.diagnosed_chains(*draws.shape[:2])  # the chains the summary's ESS used
-    return np.atleast_1d(diagnostics.ess_tail(draws[:some].astype(float))).tolist()
+    k = diagnostics.diagnosed_chains(*draws.shape[:2])  # the chains the summary's ESS used
+    return np.atleast_1d(diagnostics.ess_tail(draws[:k].astype(float))).tolist()
 
 
 def even_sample(
