@@ -346,12 +346,22 @@ def surface_bench(args: argparse.Namespace) -> None:
         "",
         f"(a) Digits MLP 64-32-10 (d = {s['dim']}, full training split n = {s['n']}), 41 x 41 "
         f"grid on filter-normalised random directions, median of {len(s['all_seconds']['batched'])}"
-        f" alternating repeats; Basin evaluates at most {s['chunk']} grid points per batched pass"
-        " (`MLP.plane_loss` cuts each 41-point row into equal parts within that).",
+        " alternating repeats. Basin batched: "
+        + (
+            "the compiled kernel `landscapes/plane_kernel.cpp` (float32 on a CPU; its one-time "
+            f"build took {s['kernel']:.1f} s here, then cached)"
+            if s["kernel"]
+            else "torch's operations (plane_kernel.cpp could not be built here)"
+        )
+        + f"; torch's operations: the path of a GPU or of a machine without a C++ compiler, at "
+        f"most {s['chunk']} grid points per batched pass.",
         "",
-        "| side | seconds | loop / batched | max rel. diff. from batched |",
+        "| side | seconds | side / batched | max rel. diff. from batched |",
         "|---|---:|---:|---:|",
-        f"| Basin batched | {sec['batched']:.3f} | 1 | 0 |",
+        f"| Basin batched | {sec['batched']:.4f} | 1 | 0 |",
+        f"| Basin batched, torch's operations | {sec['batched_torch']:.4f} | "
+        f"{sec['batched_torch'] / sec['batched']:.1f} | "
+        f"{s['max_rel_diff']['batched_torch']:.1e} |",
         f"| loop, same target one point at a time | {sec['loop_target']:.3f} | "
         f"{sec['loop_target'] / sec['batched']:.1f} | {s['max_rel_diff']['loop_target']:.1e} |",
         f"| loop, nn.Sequential + vector_to_parameters (Li et al.) | {sec['loop_module']:.3f} | "
@@ -369,6 +379,10 @@ def surface_bench(args: argparse.Namespace) -> None:
                 f"{case['max_rel_diff']['loop_target']:.1e} |",
             )
         ),
+        "",
+        "Against torch's operations, the loops take "
+        f"{sec['loop_target'] / sec['batched_torch']:.1f}x (same target) and "
+        f"{sec['loop_module'] / sec['batched_torch']:.1f}x (Li et al.).",
         "",
         "(b) PCA of a Gaussian random walk, 2000 snapshots x d = 10^5 (float32, 0.75 GiB), "
         "100 components; each run in a fresh process. Peak RSS is the process's whole peak "

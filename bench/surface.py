@@ -2,11 +2,13 @@
 the PCA of a large trajectory.
 
 (a) The digits MLP (64-32-10, ReLU, cross-entropy on the full training split, d = 2410): a 41 x 41
-    surface on two filter-normalised random directions. Basin evaluates chunks of grid points as
-    chains (``landscapes.surface.grid_losses``); the peers are per-point loops: the same target
-    one point at a time, and what the loss-landscape code of Li et al. (2018) does, an
-    ``nn.Sequential`` whose weights are overwritten for every point
-    (``vector_to_parameters``) before a full-data forward pass. All three give the same grid.
+    surface on two filter-normalised random directions. Basin evaluates the grid points as
+    chains (``landscapes.surface.grid_losses``): in float32 on a CPU with the compiled kernel
+    (``landscapes/plane_kernel.cpp``), and, as a side of its own, with torch's operations only,
+    the path of a GPU or a machine without a C++ compiler. The peers are per-point loops: the
+    same target one point at a time, and what the loss-landscape code of Li et al. (2018) does,
+    an ``nn.Sequential`` whose weights are overwritten for every point
+    (``vector_to_parameters``) before a full-data forward pass. All give the same grid.
     The same grid on the banana (d = 2) and on the default deep linear network (d = 158,
     n = 100,000, around its truth w0), where each loop step is a forward pass over the data.
 (b) The PCA of a trajectory of 2000 snapshots in d = 10^5 (float32, 800 MB): a Gaussian random
@@ -18,7 +20,9 @@ the PCA of a large trajectory.
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -87,6 +91,9 @@ def surface_case(repeats: int, name: str = "mlp") -> dict:
         "loop_target": lambda: loop_target(target, theta, vectors, c),
     }
     if name == "mlp":
+        twin = copy.copy(target)  # the same tensors, whose plane_loss is torch's operations
+        twin.plane_loss = twin.plane_loss_torch
+        sides["batched_torch"] = lambda: S.grid_losses(twin, theta, vectors, c, c)
         sides["loop_module"] = lambda: loop_module(target, theta, vectors, c)
     times: dict[str, list[float]] = {side: [] for side in sides}
     grids = {}
@@ -98,6 +105,7 @@ def surface_case(repeats: int, name: str = "mlp") -> dict:
     ref = grids["batched"]
     return {
         "target": name,
+        "kernel": name == "mlp" and kernel_build_seconds(),
         "dim": target.dim,
         "n": target.n,
         "chunk": S.points_per_chunk(target),
@@ -109,6 +117,29 @@ def surface_case(repeats: int, name: str = "mlp") -> dict:
             if k != "batched"
         },
     }
+
+
+def kernel_build_seconds() -> float | None:
+    """Seconds to compile ``plane_kernel.cpp`` afresh (done once a machine, then cached), or
+    None where it cannot be built (the batched side then ran torch's operations)."""
+    import tempfile
+
+    from landscapes import native, networks
+
+    if networks.plane_kernel() is None:
+        return None
+    old = os.environ.get("XDG_CACHE_HOME")
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["XDG_CACHE_HOME"] = cache
+        try:
+            start = time.perf_counter()
+            native.build(networks.PLANE_KERNEL, networks.PLANE_FLAGS, [])
+            return time.perf_counter() - start
+        finally:
+            if old is None:
+                del os.environ["XDG_CACHE_HOME"]
+            else:
+                os.environ["XDG_CACHE_HOME"] = old
 
 
 def pca_child(method: str) -> None:

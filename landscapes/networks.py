@@ -18,16 +18,19 @@ the mean cross-entropy. The default nbeta is n / log n, the LLC convention (beta
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from . import data as datasets
+from . import native
 from .base import DATA_CHUNK, Batch, ParamError, Target
 from .truths import dln_llc, normal_crossing_rlct, rrr_llc, tanh_llc
 
@@ -356,6 +359,24 @@ ACTIVATIONS_INPLACE = {
 }
 
 
+PLANE_KERNEL = Path(__file__).with_name("plane_kernel.cpp")
+PLANE_LANES = 16  # samples per SIMD block in plane_kernel.cpp
+PLANE_SPAN_FLOATS = 2**22  # later-layer parameters of the points in one kernel call (16 MB)
+ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2, "gelu": 3}  # plane_kernel.cpp's enum
+PLANE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++17"]  # OpenMP: torch's libgomp
+
+
+def plane_kernel() -> ctypes.CDLL | None:
+    """The compiled plane loss (built once for this CPU, ~2 s, then cached; ``native``), or
+    None where it cannot be built: MLP.plane_loss then runs torch's operations."""
+    lib = native.load(PLANE_KERNEL, PLANE_FLAGS, [])
+    if lib is not None and lib.basin_plane_loss.argtypes is None:
+        p, i = ctypes.c_void_p, ctypes.c_int
+        lib.basin_plane_loss.argtypes = [p, i, i, i, p, p, i, p, i, p, i, i, i, p, p, p, i]
+        lib.basin_plane_loss.restype = None
+    return lib
+
+
 def equal_runs(values: list[float], most: int) -> list[tuple[int, int]]:
     """[start, end) spans of consecutive equal ``values`` (a grid's rows), each cut into the
     fewest equal parts of at most ``most`` (a row of 41 in parts of 33 is 21 + 20, not 33 + 8)."""
@@ -399,11 +420,65 @@ class MLP(Network):
         """The first layer is linear in its own parameters (x W^T + b), so on the plane its
         pre-activation is pre(theta) + a pre(v0) + b pre(v1): three passes over the data serve
         every grid point, where a forward pass per point repeats the first layer's
-        multiply-adds (87% of the digits MLP's). Points that share ``a`` (a grid's row) share
-        pre(theta) + a pre(v0), so a row is one broadcast multiply-add and each later layer one
-        batched matmul along the data, activations laid out [points, width, data]. They live
-        in buffers reused by every row: fresh multi-MB tensors cost page faults that took
-        longer than the arithmetic."""
+        multiply-adds (87% of the digits MLP's). The rest runs as one compiled kernel on a
+        CPU in float32 (``plane_loss_native``), else as torch's operations
+        (``plane_loss_torch``, ``chunk`` points at a time)."""
+        if self.device.type == "cpu" and self.dtype == torch.float32:
+            kernel = plane_kernel()
+            if kernel is not None:
+                return self.plane_loss_native(kernel, theta, vectors, a, b)
+        return self.plane_loss_torch(theta, vectors, a, b, chunk)
+
+    def plane_loss_native(
+        self, kernel: ctypes.CDLL, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor
+    ) -> Tensor:
+        """``plane_kernel.cpp``: each thread takes a tile of points and walks the data 16
+        samples at a time, so no activation leaves the cache (the digits MLP's 41 x 41 surface:
+        ~9 ms on 2 cores, against ~28 ms as torch's operations; bench/RESULTS.md). Memory: the
+        first layer's pre-activations and the later layers' parameters of PLANE_SPAN_FLOATS
+        worth of points at a time."""
+        sizes = [math.prod(shape) for shape in self.layout.values()]
+        head = sum(sizes[:2])
+        first = list(self.unflatten(torch.stack([theta, vectors[0], vectors[1]])).values())[:2]
+        widths = self.sizes[1:]
+        c_widths = (ctypes.c_int * len(widths))(*widths)
+        span = max(1, PLANE_SPAN_FLOATS // max(1, self.dim - head))
+        total = torch.zeros(a.shape[0], dtype=torch.float64)
+        threads = torch.get_num_threads()
+        classification = self.task == "classification"
+        for d in range(0, self.n, DATA_CHUNK):
+            x, y = self.x[d : d + DATA_CHUNK], self.y[d : d + DATA_CHUNK]
+            n = x.shape[0]
+            padded = -(-n // PLANE_LANES) * PLANE_LANES
+            pre = x.new_zeros(3, widths[0], padded)  # padding lanes are computed, never summed
+            pre[:, :, :n] = torch.baddbmm(first[1][:, :, None], first[0], x.T.expand(3, -1, -1))
+            if classification:
+                labels = torch.zeros(padded, dtype=torch.int32)
+                labels[:n] = y.reshape(-1)
+                targets = x.new_zeros(1)
+            else:
+                labels = torch.zeros(1, dtype=torch.int32)
+                targets = x.new_zeros(widths[-1], padded)
+                targets[:, :n] = y.T
+            for s in range(0, a.shape[0], span):
+                ab = torch.stack([a[s : s + span], b[s : s + span]], 1)
+                later = (theta[head:] + ab @ vectors[:, head:]).contiguous()
+                at, bt = ab.T.contiguous()
+                kernel.basin_plane_loss(
+                    pre.data_ptr(), widths[0], n, padded, at.data_ptr(), bt.data_ptr(),
+                    ab.shape[0], later.data_ptr(), later.shape[1], c_widths, len(widths) - 1,
+                    ACTIVATION_CODES[self.activation], 0 if classification else 1,
+                    labels.data_ptr(), targets.data_ptr(), total[s:].data_ptr(), threads,
+                )  # fmt: skip
+        return (total / self.n).to(self.dtype)
+
+    def plane_loss_torch(
+        self, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor, chunk: int
+    ) -> Tensor:
+        """Points that share ``a`` (a grid's row) share pre(theta) + a pre(v0), so a row is one
+        broadcast multiply-add and each later layer one batched matmul along the data,
+        activations laid out [points, width, data]. They live in buffers reused by every row:
+        fresh multi-MB tensors cost page faults that took longer than the arithmetic."""
         act = ACTIVATIONS_INPLACE[self.activation]
         shapes = list(self.layout.values())
         sizes = [math.prod(shape) for shape in shapes]

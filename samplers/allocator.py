@@ -19,21 +19,16 @@ start-up only).
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
+from landscapes import native
+
 SOURCE = Path(__file__).with_name("cpu_allocator.cpp")
 ENV = "BASIN_ALLOCATOR"  # "malloc" (the default) or "torch"
-log = logging.getLogger(__name__)
-_lib: ctypes.CDLL | None = None
-_failed = False  # a build or load failed once: not retried in this process
 
 
 def wanted() -> bool:
@@ -41,38 +36,20 @@ def wanted() -> bool:
     return sys.platform.startswith("linux") and os.environ.get(ENV, "malloc") == "malloc"
 
 
-def _cache_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "basin"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        return base
-    except OSError:  # a read-only home
-        fallback = Path(tempfile.gettempdir()) / f"basin-{os.getuid()}"
-        fallback.mkdir(parents=True, exist_ok=True)
-        return fallback
-
-
-def _build() -> Path:
-    """The shared library for this torch, compiled on first use (~0.5 s) and cached."""
+def _library() -> ctypes.CDLL | None:
+    """The allocator built for this torch (~0.5 s once, then cached), or None where it fails."""
     root = Path(torch.__file__).parent
-    compiler = os.environ.get("CXX", "c++")
     flags = [
         "-O2",
         "-std=c++17",
-        "-shared",
-        "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         f"-I{root / 'include'}",
     ]
     libs = [f"-L{root / 'lib'}", "-lc10", f"-Wl,-rpath,{root / 'lib'}"]
-    key = "\n".join([SOURCE.read_text(), torch.__version__, str(root), compiler, *flags])
-    out = _cache_dir() / f"cpu_allocator-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
-    if not out.exists():
-        partial = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # concurrent builders: one wins
-        command = [compiler, *flags, str(SOURCE), *libs, "-o", str(partial)]
-        subprocess.run(command, check=True, capture_output=True, timeout=120)
-        os.replace(partial, out)
-    return out
+    lib = native.load(SOURCE, flags, libs, key=torch.__version__)
+    if lib is not None:
+        lib.basin_use_malloc.argtypes = [ctypes.c_int, ctypes.c_int]
+    return lib
 
 
 def _huge_pages() -> bool:
@@ -81,20 +58,8 @@ def _huge_pages() -> bool:
 
 
 def _switch(on: bool) -> bool:
-    global _lib, _failed
-    if _lib is None:
-        if _failed:
-            return False
-        try:
-            lib = ctypes.CDLL(str(_build()))
-        except (OSError, subprocess.SubprocessError) as exc:
-            _failed = True
-            detail = getattr(exc, "stderr", b"") or b""
-            log.info("torch's CPU allocator kept: %s %s", exc, detail.decode(errors="replace"))
-            return False
-        lib.basin_use_malloc.argtypes = [ctypes.c_int, ctypes.c_int]
-        _lib = lib
-    return bool(_lib.basin_use_malloc(int(on), int(_huge_pages())))
+    lib = _library()
+    return lib is not None and bool(lib.basin_use_malloc(int(on), int(_huge_pages())))
 
 
 def install() -> bool:
@@ -105,10 +70,11 @@ def install() -> bool:
 
 def uninstall() -> None:
     """Back to torch's allocator (for A/B measurements); tensors keep their own deleter."""
-    if _lib is not None:
+    if native.loaded(SOURCE):
         _switch(False)
 
 
 def active() -> bool:
     """Whether torch's CPU tensors now come from the malloc allocator."""
-    return _lib is not None and bool(_lib.basin_malloc_active())
+    lib = native.loaded(SOURCE)
+    return lib is not None and bool(lib.basin_malloc_active())

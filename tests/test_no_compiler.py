@@ -1,5 +1,6 @@
 """A machine without a C++ compiler (the python:3.11-slim image): torch's CPU allocator stays,
-``fused=True`` steps eagerly with a warning, and runs through jobs complete uncompiled."""
+surfaces run torch's operations, ``fused=True`` steps eagerly with a warning, and runs through
+jobs complete uncompiled."""
 
 from __future__ import annotations
 
@@ -57,13 +58,14 @@ def test_a_run_without_a_compiler_completes_uncompiled(tmp_path):
         "PYTHONPATH": str(ROOT),
     }
     probe = "import samplers; from samplers import allocator, fused; "
+    probe += "from landscapes import networks; print(networks.plane_kernel() is None); "
     probe += "print(allocator.active()); print(fused.compile_problem('cpu'))"
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    active, problem = out.stdout.strip().splitlines()
-    assert active == "False" and "no working C++ compiler" in problem
+    no_plane_kernel, active, problem = out.stdout.strip().splitlines()
+    assert no_plane_kernel == "True" and active == "False" and "no working C++ compiler" in problem
 
     args = ["--target", "banana", "--sampler", "sgld", "--param", "step_size=0.001"]
     args += ["--chains", "64", "--steps", "600", "--compile", "always", "--json"]

@@ -109,6 +109,86 @@ def test_the_deep_linear_full_loss_equals_a_forward_pass_at_every_point(name, pa
     torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
 
 
+def plane_kernel_or_skip():
+    import os
+    import shutil
+
+    import landscapes.networks as N
+
+    kernel = N.plane_kernel()
+    if kernel is None:  # on a machine with a compiler it must build
+        assert not shutil.which(os.environ.get("CXX", "c++")), "plane_kernel.cpp failed to build"
+        pytest.skip("no C++ compiler: MLP.plane_loss runs torch's operations")
+    return kernel
+
+
+@pytest.mark.parametrize(
+    "dataset, hidden, activation",
+    [
+        ("digits", (8,), "relu"),
+        ("moons", (5, 4), "tanh"),
+        ("moons", (3,), "gelu"),
+        ("two-clusters", (6,), "sigmoid"),  # regression: squared error
+        ("digits", (), "relu"),  # the SLP: the first layer is the whole network
+        ("digits", (40, 25), "relu"),  # 25 and 10 outputs: blocks of 8 + 8 + 9, and of 10
+    ],
+)
+def test_the_compiled_plane_kernel_equals_a_float64_forward_pass_at_every_point(
+    dataset, hidden, activation, monkeypatch
+):
+    """plane_kernel.cpp (float32 on a CPU) against the float64 forward pass at each point, also
+    across data chunks (each padded to 16 samples) and across spans of points. float32's unit
+    roundoff is 6e-8; the kernel sums in double, so its error is a few roundoffs of the
+    activations (torch's float32 operations reach ~4e-7 here)."""
+    import landscapes.networks as N
+
+    plane_kernel_or_skip()
+    exact = landscapes.make(
+        "mlp", dataset=dataset, hidden_sizes=hidden, activation=activation, dtype="float64"
+    )
+    single = landscapes.make(
+        "mlp", dataset=dataset, hidden_sizes=hidden, activation=activation, dtype="float32"
+    )
+
+    def not_this_path(*args):
+        raise AssertionError("the float32 CPU target ran torch's operations")
+
+    monkeypatch.setattr(N.MLP, "plane_loss_torch", not_this_path)
+    g = torch.Generator().manual_seed(3)
+    theta, vectors = exact.initial(g, 1)[0], exact.initial(g, 2)
+    a = torch.linspace(-2.0, 2.0, 37).repeat_interleave(2)
+    b = torch.linspace(-3.0, 1.0, 74)
+    points = theta + a[:, None].double() * vectors[0] + b[:, None].double() * vectors[1]
+    expected = exact.loss(points)
+    args = (theta.float(), vectors.float(), a, b)
+    got = single.plane_loss(*args, chunk=5)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
+    monkeypatch.setattr(N, "DATA_CHUNK", 97)  # several data chunks, the last one short
+    monkeypatch.setattr(N, "PLANE_SPAN_FLOATS", 11 * single.dim)  # spans of a few points
+    torch.testing.assert_close(
+        single.plane_loss(*args, chunk=5).double(), expected, rtol=1e-6, atol=0
+    )
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "sigmoid", "gelu"])
+def test_the_plane_kernel_keeps_overflow_and_nan_non_finite(activation):
+    """A grid point far out overflows float32: the kernel must give a non-finite loss there, as
+    torch's operations do (``finite`` then shows a gap), never a made-up finite value."""
+    plane_kernel_or_skip()
+    target = landscapes.make("mlp", hidden_sizes=(8,), activation=activation, dtype="float32")
+    g = torch.Generator().manual_seed(3)
+    theta, vectors = target.initial(g, 1)[0], target.initial(g, 2)
+    a = torch.tensor([0.0, 30.0, 1e20, 1e38, math.nan, math.inf, 0.0])
+    b = torch.tensor([0.0, -30.0, 1e20, 1e38, 0.0, 0.0, -math.inf])
+    got = target.plane_loss(theta, vectors, a, b, chunk=4)
+    reference = target.plane_loss_torch(theta, vectors, a, b, chunk=4)
+    assert torch.equal(torch.isfinite(got), torch.isfinite(reference))
+    assert not torch.isfinite(got[3:]).any()
+    finite = torch.isfinite(reference)
+    torch.testing.assert_close(got[finite], reference[finite], rtol=1e-5, atol=0)
+
+
 def test_equal_runs_cuts_rows_into_the_fewest_equal_parts():
     from landscapes.networks import equal_runs
 
