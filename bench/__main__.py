@@ -318,7 +318,7 @@ def surface_bench(args: argparse.Namespace) -> None:
 
     r = bench_surface.run(args.repeats, args.quick)
     s = r["surface"]
-    sec = s["seconds"]
+    sec, sec64 = s["seconds"], r["surface64"]["seconds"]
     print(json.dumps({k: v for k, v in r.items() if k != "pca"} | {"pca": r["pca"]}, indent=1))
     if args.no_record or args.quick:
         return
@@ -342,13 +342,14 @@ def surface_bench(args: argparse.Namespace) -> None:
         "surface >= 10x faster than a per-point loop; the PCA of a 10^5-parameter, 2000-snapshot "
         "trajectory within a 2-core, 24 GiB machine's memory, with no d x d matrix.",
         "",
-        machine(f"torch {__import__('torch').__version__}, float32"),
+        machine(f"torch {__import__('torch').__version__}"),
         "",
         f"(a) Digits MLP 64-32-10 (d = {s['dim']}, full training split n = {s['n']}), 41 x 41 "
         f"grid on filter-normalised random directions, median of {len(s['all_seconds']['batched'])}"
-        " alternating repeats. Basin batched: "
+        " alternating repeats, in float32, and in float64 (the rows marked float64: surfaces"
+        " default to float64). Basin batched: "
         + (
-            "the compiled kernel `landscapes/plane_kernel.cpp` (float32 on a CPU; its one-time "
+            "the compiled kernel `landscapes/plane_kernel.cpp` (on a CPU; its one-time "
             f"build took {s['kernel']:.1f} s here, then cached)"
             if s["kernel"]
             else "torch's operations (plane_kernel.cpp could not be built here)"
@@ -358,14 +359,23 @@ def surface_bench(args: argparse.Namespace) -> None:
         "",
         "| side | seconds | side / batched | max rel. diff. from batched |",
         "|---|---:|---:|---:|",
-        f"| Basin batched | {sec['batched']:.4f} | 1 | 0 |",
-        f"| Basin batched, torch's operations | {sec['batched_torch']:.4f} | "
-        f"{sec['batched_torch'] / sec['batched']:.1f} | "
-        f"{s['max_rel_diff']['batched_torch']:.1e} |",
-        f"| loop, same target one point at a time | {sec['loop_target']:.3f} | "
-        f"{sec['loop_target'] / sec['batched']:.1f} | {s['max_rel_diff']['loop_target']:.1e} |",
-        f"| loop, nn.Sequential + vector_to_parameters (Li et al.) | {sec['loop_module']:.3f} | "
-        f"{sec['loop_module'] / sec['batched']:.1f} | {s['max_rel_diff']['loop_module']:.1e} |",
+        *(
+            row
+            for prefix, t in (("", s), ("float64: ", r["surface64"]))
+            for row in (
+                f"| {prefix}Basin batched | {t['seconds']['batched']:.4f} | 1 | 0 |",
+                *(
+                    f"| {prefix}{label} | {t['seconds'][side]:.4f} | "
+                    f"{t['seconds'][side] / t['seconds']['batched']:.1f} | "
+                    f"{t['max_rel_diff'][side]:.1e} |"
+                    for side, label in (
+                        ("batched_torch", "Basin batched, torch's operations"),
+                        ("loop_target", "loop, same target one point at a time"),
+                        ("loop_module", "loop, nn.Sequential + vector_to_parameters (Li et al.)"),
+                    )
+                ),
+            )
+        ),
         *(
             row
             for label, case in (
@@ -382,7 +392,9 @@ def surface_bench(args: argparse.Namespace) -> None:
         "",
         "Against torch's operations, the loops take "
         f"{sec['loop_target'] / sec['batched_torch']:.1f}x (same target) and "
-        f"{sec['loop_module'] / sec['batched_torch']:.1f}x (Li et al.).",
+        f"{sec['loop_module'] / sec['batched_torch']:.1f}x (Li et al.) in float32, "
+        f"{sec64['loop_target'] / sec64['batched_torch']:.1f}x and "
+        f"{sec64['loop_module'] / sec64['batched_torch']:.1f}x in float64.",
         "",
         "(b) PCA of a Gaussian random walk, 2000 snapshots x d = 10^5 (float32, 0.75 GiB), "
         "100 components; each run in a fresh process. Peak RSS is the process's whole peak "

@@ -74,12 +74,12 @@ def loop_module(target, theta, vectors, c) -> np.ndarray:
     return loop(loss_at, target, theta, vectors, c)
 
 
-def surface_case(repeats: int, name: str = "mlp") -> dict:
+def surface_case(repeats: int, name: str = "mlp", dtype: str = "float32") -> dict:
     import landscapes
     from landscapes import surface as S
 
     if name == "mlp":
-        target = mlp_target()
+        target = mlp_target(dtype)
         theta = target.initial(torch.Generator().manual_seed(0), 1)[0].double().numpy()
     else:  # a potential (each point is a few flops, so a loop is all call overhead) or a DLN
         target = landscapes.make(name, device="cpu", dtype="float32")
@@ -105,7 +105,7 @@ def surface_case(repeats: int, name: str = "mlp") -> dict:
     ref = grids["batched"]
     return {
         "target": name,
-        "kernel": name == "mlp" and kernel_build_seconds(),
+        "kernel": name == "mlp" and dtype == "float32" and kernel_build_seconds(),
         "dim": target.dim,
         "n": target.n,
         "chunk": S.points_per_chunk(target),
@@ -206,6 +206,8 @@ def walk_ratio(k: int, steps: int = SNAPSHOTS) -> float:
 
 def run(repeats: int, quick: bool) -> dict:
     surface = surface_case(1 if quick else repeats)
+    # float64, the surfaces' default (ln|L - L0| at the small zoom domains)
+    surface64 = surface_case(1 if quick else repeats, dtype="float64")
     potential = surface_case(1 if quick else repeats, "banana")
     # The default DLN (n = 100,000): its loss comes from the data's second moments
     linear = surface_case(1 if quick else repeats, "dln")
@@ -215,6 +217,7 @@ def run(repeats: int, quick: bool) -> dict:
     limit = [walk_ratio(k) for k in range(1, 6)]
     return {
         "surface": surface,
+        "surface64": surface64,
         "potential": potential,
         "linear": linear,
         "pca": pca,

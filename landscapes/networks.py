@@ -360,20 +360,26 @@ ACTIVATIONS_INPLACE = {
 
 
 PLANE_KERNEL = Path(__file__).with_name("plane_kernel.cpp")
-PLANE_LANES = 16  # samples per SIMD block in plane_kernel.cpp
+PLANE_LANES = 16  # data padded to whole SIMD blocks (16 float32 or 8 float64 samples)
+# (dtype, activation) the kernel serves: its erf is float32-accurate, so GELU in float64 is not
+PLANE_KERNEL_CASES = {
+    *((torch.float32, act) for act in ("relu", "tanh", "sigmoid", "gelu")),
+    *((torch.float64, act) for act in ("relu", "tanh", "sigmoid")),
+}
 PLANE_SPAN_FLOATS = 2**22  # later-layer parameters of the points in one kernel call (16 MB)
 ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2, "gelu": 3}  # plane_kernel.cpp's enum
 PLANE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++17"]  # OpenMP: torch's libgomp
 
 
 def plane_kernel() -> ctypes.CDLL | None:
-    """The compiled plane loss (built once for this CPU, ~2 s, then cached; ``native``), or
+    """The compiled plane loss (built once for this CPU, ~1 s, then cached; ``native``), or
     None where it cannot be built: MLP.plane_loss then runs torch's operations."""
     lib = native.load(PLANE_KERNEL, PLANE_FLAGS, [])
-    if lib is not None and lib.basin_plane_loss.argtypes is None:
+    if lib is not None and lib.basin_plane_loss_float32.argtypes is None:
         p, i = ctypes.c_void_p, ctypes.c_int
-        lib.basin_plane_loss.argtypes = [p, i, i, i, p, p, i, p, i, p, i, i, i, p, p, p, i]
-        lib.basin_plane_loss.restype = None
+        for entry in (lib.basin_plane_loss_float32, lib.basin_plane_loss_float64):
+            entry.argtypes = [p, i, i, i, p, p, i, p, i, p, i, i, i, p, p, p, i]
+            entry.restype = None
     return lib
 
 
@@ -421,9 +427,9 @@ class MLP(Network):
         pre-activation is pre(theta) + a pre(v0) + b pre(v1): three passes over the data serve
         every grid point, where a forward pass per point repeats the first layer's
         multiply-adds (87% of the digits MLP's). The rest runs as one compiled kernel on a
-        CPU in float32 (``plane_loss_native``), else as torch's operations
+        CPU (``plane_loss_native``; PLANE_KERNEL_CASES), else as torch's operations
         (``plane_loss_torch``, ``chunk`` points at a time)."""
-        if self.device.type == "cpu" and self.dtype == torch.float32:
+        if self.device.type == "cpu" and (self.dtype, self.activation) in PLANE_KERNEL_CASES:
             kernel = plane_kernel()
             if kernel is not None:
                 return self.plane_loss_native(kernel, theta, vectors, a, b)
@@ -445,6 +451,8 @@ class MLP(Network):
         span = max(1, PLANE_SPAN_FLOATS // max(1, self.dim - head))
         total = torch.zeros(a.shape[0], dtype=torch.float64)
         threads = torch.get_num_threads()
+        entry = getattr(kernel, f"basin_plane_loss_{str(self.dtype).removeprefix('torch.')}")
+        label_type = torch.int32 if self.dtype == torch.float32 else torch.int64  # lane width
         classification = self.task == "classification"
         for d in range(0, self.n, DATA_CHUNK):
             x, y = self.x[d : d + DATA_CHUNK], self.y[d : d + DATA_CHUNK]
@@ -453,18 +461,18 @@ class MLP(Network):
             pre = x.new_zeros(3, widths[0], padded)  # padding lanes are computed, never summed
             pre[:, :, :n] = torch.baddbmm(first[1][:, :, None], first[0], x.T.expand(3, -1, -1))
             if classification:
-                labels = torch.zeros(padded, dtype=torch.int32)
+                labels = torch.zeros(padded, dtype=label_type)
                 labels[:n] = y.reshape(-1)
                 targets = x.new_zeros(1)
             else:
-                labels = torch.zeros(1, dtype=torch.int32)
+                labels = torch.zeros(1, dtype=label_type)
                 targets = x.new_zeros(widths[-1], padded)
                 targets[:, :n] = y.T
             for s in range(0, a.shape[0], span):
                 ab = torch.stack([a[s : s + span], b[s : s + span]], 1)
                 later = (theta[head:] + ab @ vectors[:, head:]).contiguous()
                 at, bt = ab.T.contiguous()
-                kernel.basin_plane_loss(
+                entry(
                     pre.data_ptr(), widths[0], n, padded, at.data_ptr(), bt.data_ptr(),
                     ab.shape[0], later.data_ptr(), later.shape[1], c_widths, len(widths) - 1,
                     ACTIVATION_CODES[self.activation], 0 if classification else 1,

@@ -59,8 +59,9 @@ def test_grid_centre_is_the_reference_loss_and_chunks_do_not_change_the_grid():
 def test_the_mlp_plane_path_equals_a_forward_pass_at_every_point(
     dataset, hidden, activation, monkeypatch
 ):
-    """MLP.plane_loss shares the first layer's pre-activations across the plane; each value
-    must equal the ordinary forward pass at the point itself, also across data chunks."""
+    """MLP.plane_loss_torch (the path of a GPU, of float64 GELU networks and of machines without
+    a compiler) shares the first layer's pre-activations across the plane; each value must
+    equal the ordinary forward pass at the point itself, also across data chunks."""
     import landscapes.networks as N
 
     target = landscapes.make(
@@ -73,10 +74,10 @@ def test_the_mlp_plane_path_equals_a_forward_pass_at_every_point(
     b = torch.tensor([0.0, -0.4, 0.9, 1.5, 3.0, -2.1, 0.3, 1.1, 0.5])
     points = theta + a[:, None].double() * vectors[0] + b[:, None].double() * vectors[1]
     expected = target.loss(points)
-    got = target.plane_loss(theta, vectors, a.double(), b.double(), chunk=2)
+    got = target.plane_loss_torch(theta, vectors, a.double(), b.double(), chunk=2)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
     monkeypatch.setattr(N, "DATA_CHUNK", 97)  # several data chunks, the last one short
-    got = target.plane_loss(theta, vectors, a.double(), b.double(), chunk=3)
+    got = target.plane_loss_torch(theta, vectors, a.double(), b.double(), chunk=3)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
 
 
@@ -122,65 +123,73 @@ def plane_kernel_or_skip():
     return kernel
 
 
+@pytest.mark.parametrize("dtype, rtol", [("float32", 1e-6), ("float64", 1e-13)])
 @pytest.mark.parametrize(
     "dataset, hidden, activation",
     [
         ("digits", (8,), "relu"),
         ("moons", (5, 4), "tanh"),
-        ("moons", (3,), "gelu"),
+        ("moons", (3,), "gelu"),  # float64: torch's operations (the kernel's erf is float32's)
         ("two-clusters", (6,), "sigmoid"),  # regression: squared error
         ("digits", (), "relu"),  # the SLP: the first layer is the whole network
         ("digits", (40, 25), "relu"),  # 25 and 10 outputs: blocks of 8 + 8 + 9, and of 10
     ],
 )
 def test_the_compiled_plane_kernel_equals_a_float64_forward_pass_at_every_point(
-    dataset, hidden, activation, monkeypatch
+    dataset, hidden, activation, dtype, rtol, monkeypatch
 ):
-    """plane_kernel.cpp (float32 on a CPU) against the float64 forward pass at each point, also
-    across data chunks (each padded to 16 samples) and across spans of points. float32's unit
-    roundoff is 6e-8; the kernel sums in double, so its error is a few roundoffs of the
-    activations (torch's float32 operations reach ~4e-7 here)."""
+    """plane_kernel.cpp on a CPU against the float64 forward pass at each point, also across
+    data chunks (each padded to whole SIMD blocks) and across spans of points. The kernel sums in
+    double, so its error is a few roundoffs of its activations (unit roundoff 6e-8 in float32,
+    where torch's own float32 operations reach ~4e-7 here, and 1.1e-16 in float64)."""
     import landscapes.networks as N
 
     plane_kernel_or_skip()
     exact = landscapes.make(
         "mlp", dataset=dataset, hidden_sizes=hidden, activation=activation, dtype="float64"
     )
-    single = landscapes.make(
-        "mlp", dataset=dataset, hidden_sizes=hidden, activation=activation, dtype="float32"
+    target = landscapes.make(
+        "mlp", dataset=dataset, hidden_sizes=hidden, activation=activation, dtype=dtype
     )
+    if (target.dtype, activation) in N.PLANE_KERNEL_CASES:
 
-    def not_this_path(*args):
-        raise AssertionError("the float32 CPU target ran torch's operations")
+        def not_this_path(*args):
+            raise AssertionError(f"the {dtype} CPU target ran torch's operations")
 
-    monkeypatch.setattr(N.MLP, "plane_loss_torch", not_this_path)
+        monkeypatch.setattr(N.MLP, "plane_loss_torch", not_this_path)
     g = torch.Generator().manual_seed(3)
     theta, vectors = exact.initial(g, 1)[0], exact.initial(g, 2)
-    a = torch.linspace(-2.0, 2.0, 37).repeat_interleave(2)
-    b = torch.linspace(-3.0, 1.0, 74)
-    points = theta + a[:, None].double() * vectors[0] + b[:, None].double() * vectors[1]
+    a = torch.linspace(-2.0, 2.0, 37, dtype=torch.float64).repeat_interleave(2)
+    b = torch.linspace(-3.0, 1.0, 74, dtype=torch.float64)
+    points = theta + a[:, None] * vectors[0] + b[:, None] * vectors[1]
     expected = exact.loss(points)
-    args = (theta.float(), vectors.float(), a, b)
-    got = single.plane_loss(*args, chunk=5)
-    assert got.dtype == torch.float32
-    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
+    args = [x.to(target.dtype) for x in (theta, vectors, a, b)]
+    got = target.plane_loss(*args, chunk=5)
+    assert got.dtype == target.dtype
+    torch.testing.assert_close(got.double(), expected, rtol=rtol, atol=0)
     monkeypatch.setattr(N, "DATA_CHUNK", 97)  # several data chunks, the last one short
-    monkeypatch.setattr(N, "PLANE_SPAN_FLOATS", 11 * single.dim)  # spans of a few points
-    torch.testing.assert_close(
-        single.plane_loss(*args, chunk=5).double(), expected, rtol=1e-6, atol=0
-    )
+    monkeypatch.setattr(N, "PLANE_SPAN_FLOATS", 11 * target.dim)  # spans of a few points
+    got = target.plane_loss(*args, chunk=5)
+    torch.testing.assert_close(got.double(), expected, rtol=rtol, atol=0)
 
 
-@pytest.mark.parametrize("activation", ["relu", "tanh", "sigmoid", "gelu"])
-def test_the_plane_kernel_keeps_overflow_and_nan_non_finite(activation):
-    """A grid point far out overflows float32: the kernel must give a non-finite loss there, as
-    torch's operations do (``finite`` then shows a gap), never a made-up finite value."""
+@pytest.mark.parametrize(
+    "activation, dtype",
+    [
+        *((act, "float32") for act in ("relu", "tanh", "sigmoid", "gelu")),
+        *((act, "float64") for act in ("relu", "tanh", "sigmoid")),
+    ],
+)
+def test_the_plane_kernel_keeps_overflow_and_nan_non_finite(activation, dtype):
+    """A grid point far out overflows: the kernel must give a non-finite loss there, as torch's
+    operations do (``finite`` then shows a gap), never a made-up finite value."""
     plane_kernel_or_skip()
-    target = landscapes.make("mlp", hidden_sizes=(8,), activation=activation, dtype="float32")
+    target = landscapes.make("mlp", hidden_sizes=(8,), activation=activation, dtype=dtype)
     g = torch.Generator().manual_seed(3)
     theta, vectors = target.initial(g, 1)[0], target.initial(g, 2)
-    a = torch.tensor([0.0, 30.0, 1e20, 1e38, math.nan, math.inf, 0.0])
-    b = torch.tensor([0.0, -30.0, 1e20, 1e38, 0.0, 0.0, -math.inf])
+    big = 1e38 if dtype == "float32" else 1e307
+    a = torch.tensor([0.0, 30.0, 1e20, big, math.nan, math.inf, 0.0], dtype=target.dtype)
+    b = torch.tensor([0.0, -30.0, 1e20, big, 0.0, 0.0, -math.inf], dtype=target.dtype)
     got = target.plane_loss(theta, vectors, a, b, chunk=4)
     reference = target.plane_loss_torch(theta, vectors, a, b, chunk=4)
     assert torch.equal(torch.isfinite(got), torch.isfinite(reference))
