@@ -204,13 +204,28 @@ def walk_ratio(k: int, steps: int = SNAPSHOTS) -> float:
     return float(lam[k - 1] / lam.sum())
 
 
+def case_in_child(repeats: int, name: str, dtype: str = "float32") -> dict:
+    """``surface_case`` in a fresh process: what ran before in the same process changed the
+    timings (after the MLP's float64 torch path, the banana's batched grid took 2.8 ms instead
+    of 0.6; with the DLN's first, the MLP's per-point loop took 0.33 s instead of 0.23)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.surface", "--case-child", str(repeats), name, dtype],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run(repeats: int, quick: bool) -> dict:
-    surface = surface_case(1 if quick else repeats)
+    repeats = 1 if quick else repeats
+    surface = case_in_child(repeats, "mlp")
     # float64, the surfaces' default (ln|L - L0| at the small zoom domains)
-    surface64 = surface_case(1 if quick else repeats, dtype="float64")
-    potential = surface_case(1 if quick else repeats, "banana")
+    surface64 = case_in_child(repeats, "mlp", "float64")
+    potential = case_in_child(repeats, "banana")
     # The default DLN (n = 100,000): its loss comes from the data's second moments
-    linear = surface_case(1 if quick else repeats, "dln")
+    linear = case_in_child(repeats, "dln")
     pca = pca_case(
         ["randomized"] if quick else ["randomized", "exact"], 1 if quick else max(1, repeats // 2)
     )
@@ -229,3 +244,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--pca-child"]:
         torch.set_num_threads(torch.get_num_threads())
         pca_child(sys.argv[2])
+    elif sys.argv[1:2] == ["--case-child"]:
+        print(json.dumps(surface_case(int(sys.argv[2]), sys.argv[3], sys.argv[4])))

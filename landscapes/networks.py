@@ -438,11 +438,12 @@ class MLP(Network):
     def plane_loss_native(
         self, kernel: ctypes.CDLL, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor
     ) -> Tensor:
-        """``plane_kernel.cpp``: each thread takes a tile of points and walks the data 16
-        samples at a time, so no activation leaves the cache (the digits MLP's 41 x 41 surface:
-        ~9 ms on 2 cores, against ~28 ms as torch's operations; bench/RESULTS.md). Memory: the
-        first layer's pre-activations and the later layers' parameters of PLANE_SPAN_FLOATS
-        worth of points at a time."""
+        """``plane_kernel.cpp``: each thread takes a tile of points and walks the data a SIMD
+        block of samples at a time, so no activation leaves the cache (the digits MLP's 41 x 41
+        surface on 2 cores: ~12 ms in float32 and ~26 ms in float64, against ~30 and ~60 ms as
+        torch's operations; bench/RESULTS.md, 2026-11-25 15:42). Memory: the first layer's
+        pre-activations and the later layers' parameters of PLANE_SPAN_FLOATS worth of points
+        at a time."""
         sizes = [math.prod(shape) for shape in self.layout.values()]
         head = sum(sizes[:2])
         first = list(self.unflatten(torch.stack([theta, vectors[0], vectors[1]])).values())[:2]
