@@ -24,7 +24,12 @@ def mlp():
     return landscapes.make("mlp", hidden_sizes=(8,), device="cpu", dtype="float64")
 
 
-def test_grid_centre_is_the_reference_loss_and_chunks_do_not_change_the_grid():
+@pytest.mark.parametrize("path", ["as built", "torch's operations"])
+def test_grid_centre_is_the_reference_loss_and_chunks_do_not_change_the_grid(path, monkeypatch):
+    import landscapes.networks as N
+
+    if path == "torch's operations":  # as on a GPU or without a compiler: chunks of points
+        monkeypatch.setattr(N, "plane_kernel", lambda: None)
     target = mlp()
     theta = target.initial(torch.Generator().manual_seed(0), 1)[0].numpy()
     vectors = S.random_directions(target, theta, seed=1).vectors
