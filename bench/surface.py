@@ -3,9 +3,10 @@ the PCA of a large trajectory.
 
 (a) The digits MLP (64-32-10, ReLU, cross-entropy on the full training split, d = 2410): a 41 x 41
     surface on two filter-normalised random directions. Basin evaluates the grid points as
-    chains (``landscapes.surface.grid_losses``): in float32 on a CPU with the compiled kernel
+    chains (``landscapes.surface.grid_losses``): on a CPU with the compiled kernel
     (``landscapes/plane_kernel.cpp``), and, as a side of its own, with torch's operations only,
-    the path of a GPU or a machine without a C++ compiler. The peers are per-point loops: the
+    the path of a GPU or a machine without a C++ compiler; in float32, and again in float64
+    (the surfaces' default). The peers are per-point loops: the
     same target one point at a time, and what the loss-landscape code of Li et al. (2018) does,
     an ``nn.Sequential`` whose weights are overwritten for every point
     (``vector_to_parameters``) before a full-data forward pass. All give the same grid.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -128,18 +128,10 @@ def kernel_build_seconds() -> float | None:
 
     if networks.plane_kernel() is None:
         return None
-    old = os.environ.get("XDG_CACHE_HOME")
     with tempfile.TemporaryDirectory() as cache:
-        os.environ["XDG_CACHE_HOME"] = cache
-        try:
-            start = time.perf_counter()
-            native.build(networks.PLANE_KERNEL, networks.PLANE_FLAGS, [])
-            return time.perf_counter() - start
-        finally:
-            if old is None:
-                del os.environ["XDG_CACHE_HOME"]
-            else:
-                os.environ["XDG_CACHE_HOME"] = old
+        start = time.perf_counter()
+        native.build(networks.PLANE_KERNEL, networks.PLANE_FLAGS, [], directory=Path(cache))
+        return time.perf_counter() - start
 
 
 def pca_child(method: str) -> None:

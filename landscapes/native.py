@@ -48,15 +48,18 @@ def cpu_signature() -> str:
     return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
 
 
-def build(source: Path, flags: list[str], libs: list[str], key: str = "") -> Path:
-    """The shared library compiled from ``source`` (cached; ~0.5-2 s the first time). ``key``:
-    whatever else the build depends on (the torch it links against)."""
+def build(
+    source: Path, flags: list[str], libs: list[str], key: str = "", directory: Path | None = None
+) -> Path:
+    """The shared library compiled from ``source`` (cached in ``directory``, by default
+    ``cache_dir()``; ~0.5-2 s the first time). ``key``: whatever else the build depends on (the
+    torch it links against)."""
     compiler = os.environ.get("CXX", "c++")
     parts = [source.read_text(), compiler, *flags, *libs, key]
     if "-march=native" in flags:
         parts.append(cpu_signature())
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-    out = cache_dir() / f"{source.stem}-{digest}.so"
+    out = (directory or cache_dir()) / f"{source.stem}-{digest}.so"
     if not out.exists():
         partial = out.with_name(f"{out.name}.{os.getpid()}.tmp")
         command = [compiler, *flags, "-shared", "-fPIC", str(source), *libs, "-o", str(partial)]

@@ -435,6 +435,23 @@ class MLP(Network):
                 return self.plane_loss_native(kernel, theta, vectors, a, b)
         return self.plane_loss_torch(theta, vectors, a, b, chunk)
 
+    @property
+    def first_layer_size(self) -> int:
+        """Parameters of the first layer (weight and bias), first in the flat vector."""
+        return (self.sizes[0] + 1) * self.sizes[1]
+
+    def plane_first_layer(self, theta: Tensor, vectors: Tensor, x: Tensor) -> Tensor:
+        """[3, width, B]: the first layer's pre-activations of inputs ``x`` [B, in] with the
+        parameters theta, v0 and v1; at theta + a v0 + b v1 they are [0] + a [1] + b [2]."""
+        params = self.unflatten(torch.stack([theta, vectors[0], vectors[1]]))
+        weight, bias = params["layers.0.weight"], params["layers.0.bias"]
+        return torch.baddbmm(bias[:, :, None], weight, x.T.expand(3, -1, -1))
+
+    def plane_later_layers(self, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor) -> Tensor:
+        """[P, d - first layer's]: every later layer's parameters at each point, flat."""
+        head = self.first_layer_size
+        return theta[head:] + torch.stack([a, b], 1) @ vectors[:, head:]
+
     def plane_loss_native(
         self, kernel: ctypes.CDLL, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor
     ) -> Tensor:
@@ -444,12 +461,9 @@ class MLP(Network):
         torch's operations; bench/RESULTS.md, 2026-11-25 15:42). Memory: the first layer's
         pre-activations and the later layers' parameters of PLANE_SPAN_FLOATS worth of points
         at a time."""
-        sizes = [math.prod(shape) for shape in self.layout.values()]
-        head = sum(sizes[:2])
-        first = list(self.unflatten(torch.stack([theta, vectors[0], vectors[1]])).values())[:2]
         widths = self.sizes[1:]
         c_widths = (ctypes.c_int * len(widths))(*widths)
-        span = max(1, PLANE_SPAN_FLOATS // max(1, self.dim - head))
+        span = max(1, PLANE_SPAN_FLOATS // max(1, self.dim - self.first_layer_size))
         total = torch.zeros(a.shape[0], dtype=torch.float64)
         threads = torch.get_num_threads()
         entry = getattr(kernel, f"basin_plane_loss_{str(self.dtype).removeprefix('torch.')}")
@@ -460,7 +474,7 @@ class MLP(Network):
             n = x.shape[0]
             padded = -(-n // PLANE_LANES) * PLANE_LANES
             pre = x.new_zeros(3, widths[0], padded)  # padding lanes are computed, never summed
-            pre[:, :, :n] = torch.baddbmm(first[1][:, :, None], first[0], x.T.expand(3, -1, -1))
+            pre[:, :, :n] = self.plane_first_layer(theta, vectors, x)
             if classification:
                 labels = torch.zeros(padded, dtype=label_type)
                 labels[:n] = y.reshape(-1)
@@ -470,12 +484,11 @@ class MLP(Network):
                 targets = x.new_zeros(widths[-1], padded)
                 targets[:, :n] = y.T
             for s in range(0, a.shape[0], span):
-                ab = torch.stack([a[s : s + span], b[s : s + span]], 1)
-                later = (theta[head:] + ab @ vectors[:, head:]).contiguous()
-                at, bt = ab.T.contiguous()
+                at, bt = a[s : s + span].contiguous(), b[s : s + span].contiguous()
+                later = self.plane_later_layers(theta, vectors, at, bt)
                 entry(
                     pre.data_ptr(), widths[0], n, padded, at.data_ptr(), bt.data_ptr(),
-                    ab.shape[0], later.data_ptr(), later.shape[1], c_widths, len(widths) - 1,
+                    at.shape[0], later.data_ptr(), later.shape[1], c_widths, len(widths) - 1,
                     ACTIVATION_CODES[self.activation], 0 if classification else 1,
                     labels.data_ptr(), targets.data_ptr(), total[s:].data_ptr(), threads,
                 )  # fmt: skip
@@ -489,20 +502,20 @@ class MLP(Network):
         activations laid out [points, width, data]. They live in buffers reused by every row:
         fresh multi-MB tensors cost page faults that took longer than the arithmetic."""
         act = ACTIVATIONS_INPLACE[self.activation]
-        shapes = list(self.layout.values())
-        sizes = [math.prod(shape) for shape in shapes]
-        first = list(self.unflatten(torch.stack([theta, vectors[0], vectors[1]])).values())[:2]
-        later = theta[sum(sizes[:2]) :] + torch.stack([a, b], 1) @ vectors[:, sum(sizes[:2]) :]
+        shapes = list(self.layout.values())[2:]
+        later = self.plane_later_layers(theta, vectors, a, b)
         tail = [  # the later layers' parameters at every point, [P, ...] each
             part.reshape(-1, *shape)
-            for part, shape in zip(later.split(sizes[2:], 1), shapes[2:], strict=True)
+            for part, shape in zip(
+                later.split([math.prod(shape) for shape in shapes], 1), shapes, strict=True
+            )
         ]
         coords = a.tolist()  # one host read; each row's a is a scalar
         rows = equal_runs(coords, chunk)
         total = theta.new_zeros(a.shape[0])
         for d in range(0, self.n, DATA_CHUNK):
             x, y = self.x[d : d + DATA_CHUNK], self.y[d : d + DATA_CHUNK]
-            pre = torch.baddbmm(first[1][:, :, None], first[0], x.T.expand(3, -1, -1))
+            pre = self.plane_first_layer(theta, vectors, x)
             row = torch.empty_like(pre[0])
             most = max((end - start for start, end in rows), default=0)
             buffers = [pre.new_empty(most, width, x.shape[0]) for width in self.sizes[1:]]

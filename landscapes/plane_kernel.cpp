@@ -4,8 +4,9 @@
 // pre0 + a pre1 + b pre2, computed once by torch. What is left per point and sample is small
 // (the digits MLP: 32 multiply-adds for the hidden layer, 320 for the output, a log-sum-exp over
 // 10), and torch runs it as separate operations that write every intermediate to memory. Here
-// each thread takes a tile of points and walks the data 16 samples at a time, one SIMD lane per
-// sample, keeping a sample block's activations in L1 and its points' parameters beside them.
+// each thread takes a tile of points and walks the data one SIMD register of samples at a time,
+// one lane per sample, keeping a sample block's activations in L1 and its points' parameters
+// beside them.
 //
 // One template serves float32 (16 lanes) and float64 (8 lanes: surfaces default to float64 so
 // that ln|L - L0| resolves the smallest zoom domains). exp, log, tanh, sigmoid and erf are

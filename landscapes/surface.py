@@ -10,8 +10,8 @@ its own full-data loss, so points sit off the surface where the plane is not the
 Grid points are evaluated as chains (``Target.plane_loss``): a chunk of points is one ``[C, d]``
 batch for the target's chain-batched loss, so a 41 x 41 grid costs a few batched forward passes,
 on any device; an MLP computes its first layer once per direction, not once per point (and on a
-CPU in float32 the rest in one compiled kernel, ``landscapes/plane_kernel.cpp``), and a deep
-linear network's loss comes from the data's second moments (``Target.full_loss``). Nothing
+CPU the rest in one compiled kernel, ``landscapes/plane_kernel.cpp``), and a deep linear
+network's loss comes from the data's second moments (``Target.full_loss``). Nothing
 here forms a d x d matrix: the PCA is an SVD of the (points x d) trajectory, and Hessian
 eigenvectors come from Lanczos (ARPACK) on Hessian-vector products.
 """
