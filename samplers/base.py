@@ -20,6 +20,8 @@ from torch import Tensor
 from landscapes import Target
 from landscapes.base import Batch
 
+from . import normals
+
 
 @dataclass
 class State:
@@ -319,6 +321,8 @@ def draw(
     if hasattr(generator, "draw"):
         return generator.draw(kind, shape, dtype, high)
     device = generator.device
+    if kind == "normal" and normals.serves(generator, dtype):
+        return normals.normal(generator, tuple(shape), out)
     if kind == "integers":
         return torch.randint(high, shape, generator=generator, device=device, dtype=dtype, out=out)
     fn = torch.randn if kind == "normal" else torch.rand

@@ -52,12 +52,13 @@ class Recorder:
         ]
 
 
-# torch's CPU generator (mt19937) draws on one thread, ~2.4 ns a normal on a 2-core VM: 43 us
-# of a digits-MLP step's 94 at 8 chains, and 0.40 s of a 4096-chain banana run's 0.97. So a
-# large CPU draw is cut by steps into PARTS parts, each drawn by its own generator seeded from
-# the run's, and the parts are shared among the intra-op threads: ~2x faster on 2 cores once
-# libgomp's threads stop spinning soon after a chunk (jobs/__init__.py). The numbers depend on
-# the seed and the shape only, not on how many threads drew them.
+# A CPU draw runs on one thread: torch's generator (mt19937) took ~2.4 ns a normal on a 2-core
+# VM, 43 us of a digits-MLP step's 94 at 8 chains and 0.40 s of a 4096-chain banana run's 0.97;
+# Basin's float32 normals (samplers/normals.py) take ~0.55 ns. So a large CPU draw is cut by
+# steps into PARTS parts, each drawn by its own generator seeded from the run's, and the parts
+# are shared among the intra-op threads: ~2x faster on 2 cores once libgomp's threads stop
+# spinning soon after a chunk (jobs/__init__.py). The numbers depend on the seed and the shape
+# only, not on how many threads drew them.
 PARALLEL_DRAW = 1 << 17  # elements; below it, handing a part to a thread costs what it saves
 PARTS = 8
 _pool: ThreadPoolExecutor | None = None

@@ -9,6 +9,7 @@ import torch
 import landscapes
 import samplers
 from samplers import fused as fusedmod
+from samplers.base import draw
 from samplers.fused import Recorder, Replay, chunk_steps, compiled_entry
 
 # The tests' device: the CPU, as CI has it; BASIN_TEST_DEVICE=cuda runs the same tests on a GPU.
@@ -174,7 +175,7 @@ def test_a_large_cpu_draw_in_parallel_parts_depends_on_the_seed_only_and_has_the
     # small draws, or chunks shorter than PARTS steps, are the plain draw
     g, h = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     small = fusedmod.fill(g, "normal", (4, chains, dim), torch.float32, threads=2)
-    assert torch.equal(small, torch.randn(4, chains, dim, generator=h))
+    assert torch.equal(small, draw(h, "normal", (4, chains, dim), torch.float32))
 
 
 @pytest.mark.slow

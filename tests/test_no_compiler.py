@@ -1,6 +1,6 @@
 """A machine without a C++ compiler (the python:3.11-slim image): torch's CPU allocator stays,
-surfaces run torch's operations, ``fused=True`` steps eagerly with a warning, and runs through
-jobs complete uncompiled."""
+surfaces run torch's operations, normals come from torch's generator, ``fused=True`` steps
+eagerly with a warning, and runs through jobs complete uncompiled."""
 
 from __future__ import annotations
 
@@ -59,13 +59,19 @@ def test_a_run_without_a_compiler_completes_uncompiled(tmp_path):
     }
     probe = "import samplers; from samplers import allocator, fused; "
     probe += "from landscapes import networks; print(networks.plane_kernel() is None); "
-    probe += "print(allocator.active()); print(fused.compile_problem('cpu'))"
+    probe += "print(allocator.active()); print(fused.compile_problem('cpu')); "
+    # float32 normals from torch's generator: the numbers torch.randn gives for the seed
+    probe += "import torch; from samplers import normals; from samplers.base import draw; "
+    probe += "g, h = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1); "
+    probe += "print(normals.library() is None, torch.equal(draw(g, 'normal', (9,), "
+    probe += "torch.float32), torch.randn(9, generator=h)))"
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    no_plane_kernel, active, problem = out.stdout.strip().splitlines()
+    no_plane_kernel, active, problem, torch_normals = out.stdout.strip().splitlines()
     assert no_plane_kernel == "True" and active == "False" and "no working C++ compiler" in problem
+    assert torch_normals == "True True"
 
     args = ["--target", "banana", "--sampler", "sgld", "--param", "step_size=0.001"]
     args += ["--chains", "64", "--steps", "600", "--compile", "always", "--json"]
