@@ -7,6 +7,11 @@ the compiled step captured in a CUDA graph: ``GraphedChunk``). A compiled graph 
 ``torch.Generator``, so one eager step is run with a ``Recorder`` to learn which draws a step
 makes, ``chunk`` steps' worth of each draw is made up front, and each step of the scan reads its
 row through a ``Replay`` in the same order.
+
+On a CPU, a chunk too small to share its operations between threads runs on one thread, and the
+next chunk's noise is drawn meanwhile on another core (``Ahead``); where its chains carry enough
+work, they run instead as groups, each group a call of the same compiled chunk on its own thread
+(``Compiled.call``), and the noise is drawn between chunks on all threads.
 """
 
 from __future__ import annotations
@@ -40,16 +45,49 @@ class Recorder:
         self.plan.append((kind, tuple(shape), dtype, high))
         return draw(self.generator, kind, shape, dtype, high)
 
-    def prepare(
-        self, steps: int, into: list[Tensor] | None = None, threads: int | None = None
-    ) -> list[Tensor]:
-        """``steps`` steps' worth of each draw the recorded step made, stacked on a new dim 0;
-        filled into ``into`` (same shapes) when given: the same numbers, no new memory."""
-        into = into or [None] * len(self.plan)
+    def shapes(self, steps: int, groups: int = 1) -> list[tuple[int, ...]]:
+        """The shapes ``prepare`` draws: ``steps`` of each recorded draw on a new dim 0, and for
+        a chunk run as ``groups`` groups of chains (``Compiled.call``) each per-chain draw as
+        [groups, steps, C / groups, ...], so that a group's rows are one contiguous block (a
+        strided slice made the compiled scan ~20x slower)."""
         return [
-            fill(self.generator, kind, (steps, *shape), dtype, high, out, threads)
-            for (kind, shape, dtype, high), out in zip(self.plan, into, strict=True)
+            (steps, *shape)
+            if groups == 1 or kind == "integers"  # minibatch indices: shared by the chains
+            else (groups, steps, shape[0] // groups, *shape[1:])
+            for kind, shape, _, _ in self.plan
         ]
+
+    def prepare(
+        self,
+        steps: int,
+        into: list[Tensor] | None = None,
+        threads: int | None = None,
+        groups: int = 1,
+    ) -> list[Tensor]:
+        """``steps`` steps' worth of each draw the recorded step made (``shapes``); filled into
+        ``into`` (same shapes) when given: the same numbers, no new memory."""
+        into = into or [None] * len(self.plan)
+        drawn = []
+        for (kind, plain, dtype, high), shape, out in zip(
+            self.plan, self.shapes(steps, groups), into, strict=True
+        ):
+            if len(shape) == len(plain) + 1:  # [steps, ...]
+                drawn.append(fill(self.generator, kind, shape, dtype, high, out, threads))
+                continue
+            # [groups, steps, ...] (CPU only): drawn as [groups * steps, ...], so that a large
+            # draw is still cut into parts for the threads
+            out = torch.empty(shape, dtype=dtype) if out is None else out
+            fill(
+                self.generator,
+                kind,
+                (shape[0] * shape[1], *shape[2:]),
+                dtype,
+                high,
+                out.flatten(0, 1),
+                threads,
+            )
+            drawn.append(out)
+        return drawn
 
 
 # A CPU draw runs on one thread: torch's generator (mt19937) took ~2.4 ns a normal on a 2-core
@@ -287,8 +325,45 @@ def single_threaded(device: torch.device, chains: int, kernel: Kernel, target) -
         return False
     if target.n is None:  # a potential: loops over chains x parameters
         return chains * target.dim < THREADED_FROM
-    rows = kernel.params["batch_size"] if kernel._uses_batches(target) else target.n
+    rows = step_rows(kernel, target)
     return chains * rows < THREADED_FROM and chains * rows * target.dim < THREADED_MACS
+
+
+def step_rows(kernel: Kernel, target) -> int:
+    """The data rows a step of a network's chain reads: its minibatch, or all the data."""
+    return kernel.params["batch_size"] if kernel._uses_batches(target) else target.n
+
+
+# A single-threaded chunk's chains are cut into this many equal groups, each a call of the same
+# compiled chunk on its own thread, when a group's step still multiplies GROUP_MACS or more: a
+# step is too short to share one matrix product between threads, but halves of the chains run
+# side by side. Measured on a 2-core Xeon, the digits MLP (batch 32): 8 chains 68-76 us a step
+# as one group, ~50-56 as two; at 2 chains (77K multiply-adds a group) no gain, and the 64-chain
+# banana (a few microseconds a step) twice as slow, its noise no longer drawn ahead. The count
+# follows the shapes only, never the cores, so a spec computes the same groups everywhere.
+GROUPS = 2
+GROUP_MACS = 1 << 17
+
+
+def chain_groups(device: torch.device, chains: int, kernel: Kernel, target) -> int:
+    """How many groups of chains a chunk runs as (``Compiled.call``)."""
+    if (
+        device.type != "cpu"
+        or chains % GROUPS
+        or not single_threaded(device, chains, kernel, target)
+    ):
+        return 1
+    rows = 1 if target.n is None else step_rows(kernel, target)
+    return GROUPS if chains // GROUPS * rows * target.dim >= GROUP_MACS else 1
+
+
+def draws_ahead(device: torch.device, chains: int, kernel: Kernel, target) -> bool:
+    """Whether a chunk's successor's noise is drawn on another core while it runs: a chunk on
+    one thread in one group leaves the other cores idle; groups take them, and their noise is
+    drawn between chunks on all threads (``Compiled.noise``)."""
+    return single_threaded(device, chains, kernel, target) and (
+        chain_groups(device, chains, kernel, target) == 1
+    )
 
 
 def compile_options(device: torch.device, target, single: bool) -> dict | None:
@@ -327,6 +402,9 @@ class Compiled:
     ):
         self.target = weakref.ref(target)  # the cache lives on the kernel; ids are reused
         self.single = single_threaded(device, chains, kernel, target)
+        self.groups = chain_groups(device, chains, kernel, target)
+        self.ahead = draws_ahead(device, chains, kernel, target)
+        self.warm: set[tuple] = set()  # call shapes compiled: each compiles on one thread
         options = compile_options(device, target, self.single)
         if device.type == "cuda":
             chunk = GraphedChunk(kernel, target, positions, options)
@@ -345,9 +423,34 @@ class Compiled:
         more than the draws (a 100K-class DLN: ~0.8 ms a step on this 2-core VM). Two slots:
         one chunk runs on the draws in one while the next chunk's are drawn into the other."""
         held = self._noise[slot]
-        same = held is not None and held[0].shape[0] == chunk
-        self._noise[slot] = recorder.prepare(chunk, held if same else None, threads)
+        shapes = recorder.shapes(chunk, self.groups)
+        same = held is not None and [tuple(t.shape) for t in held] == shapes
+        self._noise[slot] = recorder.prepare(chunk, held if same else None, threads, self.groups)
         return self._noise[slot]
+
+    def call(self, position, center, diverged, aux, noise, active, basis, center_losses):
+        """One chunk: the compiled call on all chains, or on each group of chains at once (one
+        thread each) with their results joined. Chains never interact within a step, so a
+        group is the same chunk on its rows of every per-chain tensor: position, centre,
+        flags, aux, and each normal or uniform draw (minibatch indices are shared)."""
+        args = (position, center, diverged, aux, noise, active, basis, center_losses)
+        if self.groups == 1:
+            with one_thread() if self.single else contextlib.nullcontext():
+                return self.chunk(*args)
+        parts = split_chains(args, self.plan, self.groups)
+
+        def run(part):
+            with one_thread():
+                return self.chunk(*part)
+
+        key = (active.shape[0], basis is None, center_losses is None)
+        if key in self.warm and torch.get_num_threads() > 1:
+            pending = [_workers().submit(run, part) for part in parts[1:]]
+            results = [run(parts[0])] + [job.result() for job in pending]
+        else:  # dynamo compiles on one thread at a time
+            results = [run(part) for part in parts]
+            self.warm.add(key)
+        return join_chains(results)
 
     def length(self) -> int:
         """The default chunk: MAX_CHUNK steps, fewer where their noise would pass NOISE_BYTES."""
@@ -360,6 +463,48 @@ class Compiled:
         if key not in self._active:
             self._active[key] = torch.arange(chunk, device=self.device) < n
         return self._active[key]
+
+
+def split_chains(args: tuple, plan: list[tuple], groups: int) -> list[tuple]:
+    """``Compiled.call``'s arguments for each of ``groups`` equal groups of chains (views)."""
+    position, center, diverged, aux, noise, active, basis, center_losses = args
+
+    def cut(t: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+        return torch.tensor_split(t, groups, dim)
+
+    # per-chain draws come laid out [groups, steps, C / groups, ...] (``Recorder.shapes``)
+    per_chain = [kind != "integers" for kind, *_ in plan]
+    noise = [
+        t.unbind() if mine else (t,) * groups for t, mine in zip(noise, per_chain, strict=True)
+    ]
+    aux = {k: cut(v) for k, v in aux.items()}
+    return [
+        (
+            cut(position)[g],
+            cut(center)[g],
+            cut(diverged)[g],
+            {k: v[g] for k, v in aux.items()},
+            [t[g] for t in noise],
+            active,
+            basis,
+            center_losses,
+        )
+        for g in range(groups)
+    ]
+
+
+def join_chains(results: list[tuple]) -> tuple:
+    """The groups' chunk results as one: states along the chains (dim 0), records along dim 1."""
+    positions, flags, auxes, infos = zip(*results, strict=True)
+    aux = {k: torch.cat([a[k] for a in auxes]) for k in auxes[0]}
+
+    def steps(name: str) -> Tensor | None:
+        values = [getattr(info, name) for info in infos]
+        return None if values[0] is None else torch.cat(values, 1)
+
+    scalars = {k: torch.cat([info.scalars[k] for info in infos], 1) for k in infos[0].scalars}
+    info = Info(steps("loss"), steps("accepted"), steps("diverged"), steps("position"), scalars)
+    return torch.cat(positions), torch.cat(flags), aux, info
 
 
 def compiled_entry(kernel: Kernel, target, state: State, positions: bool = False) -> Compiled:
@@ -455,7 +600,7 @@ def run_fused(
     # A single-threaded chunk leaves a core idle: the next chunk's noise is drawn there
     # meanwhile, into the other slot. The generator gives the same numbers in the same order
     # (the chunk draws nothing), so the run is the one drawn chunk by chunk.
-    prefetch = PREFETCH and entry.single
+    prefetch = PREFETCH and entry.ahead
     taken = ahead.take(entry, chunk, generator) if ahead is not None else None
     noise, slot = taken or (entry.noise(recorder, chunk), 0)
     for start in range(0, steps, chunk):
@@ -467,17 +612,16 @@ def run_fused(
         elif prefetch and ahead is not None:  # the next call's first chunk, as it would draw
             ahead.start(entry, recorder, chunk, following)
         try:
-            with one_thread() if entry.single else contextlib.nullcontext():
-                position, diverged, aux, info = entry.chunk(
-                    state.position,
-                    state.center,
-                    state.diverged,
-                    state.aux,
-                    noise,
-                    entry.active(chunk, n),
-                    basis,
-                    state.center_losses,
-                )
+            position, diverged, aux, info = entry.call(
+                state.position,
+                state.center,
+                state.diverged,
+                state.aux,
+                noise,
+                entry.active(chunk, n),
+                basis,
+                state.center_losses,
+            )
         finally:  # never leave a draw running into buffers after a failed chunk
             drawn = pending.result() if pending else None
         if not last:

@@ -328,3 +328,94 @@ def test_a_run_compiles_in_a_thread_other_than_the_one_that_imported_samplers():
     thread.join()
     assert got, "the run in the thread raised"
     torch.testing.assert_close(got[0], run(), rtol=0, atol=0)
+
+
+GROUP_CASES = [
+    ("tanh", "sgld", {"step_size": 1e-4, "batch_size": 10}),  # shared minibatch indices
+    ("banana", "mala", {"step_size": 0.05}),  # per-chain uniforms; aux U and grad
+    ("banana", "adam-sgld", {"step_size": 0.01}),  # aux m, v and t [C, 1]
+    ("banana", "sgnht", {"step_size": 0.01}),  # aux p and alpha; thermostat scalars
+]
+
+
+def grouped_entry(monkeypatch, target, kernel, state):
+    """The compiled entry of ``state``'s chains in two groups (GROUP_MACS 0: any even
+    single-threaded CPU chunk), with the draws of one step learned as ``run_fused`` learns them."""
+    monkeypatch.setattr(fusedmod, "GROUP_MACS", 0)
+    entry = compiled_entry(kernel, target, state)
+    dry = Recorder(torch.Generator().manual_seed(0))
+    kernel.step(state, target, dry)
+    entry.plan = dry.plan
+    return entry
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(DEVICE != "cpu", reason="chain groups are a CPU path")
+@pytest.mark.parametrize(("target_name", "name", "params"), GROUP_CASES)
+def test_chains_in_groups_on_two_threads_compute_one_call_on_all_chains(
+    monkeypatch, target_name, name, params
+):
+    target = build(target_name)
+    kernel = samplers.make(name, **params)
+    g = torch.Generator().manual_seed(0)
+    start = target.exact_sample(g, 16) if target.exact_sample else target.initial(g, 16)
+    state, _ = kernel.step(kernel.init(start, target, g), target, g)  # chunks follow step 1
+    entry = grouped_entry(monkeypatch, target, kernel, state)
+    assert entry.groups == 2
+    recorder = Recorder(g)
+    recorder.plan = entry.plan
+    noise = entry.noise(recorder, 4)
+    for (kind, shape, _, _), drawn in zip(entry.plan, noise, strict=True):
+        grouped = kind != "integers"
+        assert drawn.shape == ((2, 4, 8, *shape[1:]) if grouped else (4, *shape))
+    # the same draws laid out [steps, chains, ...]: group 0's chains first
+    flat = [
+        torch.cat(drawn.unbind(), 1) if kind != "integers" else drawn
+        for (kind, *_), drawn in zip(entry.plan, noise, strict=True)
+    ]
+    active = torch.tensor([True, True, True, False])
+    args = (state.position, state.center, state.diverged, state.aux)
+    want = chunk_steps(kernel, target)(*args, flat, active, None, state.center_losses)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(2, threads))  # the groups side by side
+    try:  # the first call compiles, group by group; the second runs them at once
+        results = [entry.call(*args, noise, active, None, state.center_losses) for _ in range(2)]
+    finally:
+        torch.set_num_threads(threads)
+    for got in results:
+        torch.testing.assert_close(got[0], want[0], rtol=1e-9, atol=1e-12)
+        assert torch.equal(got[1], want[1])
+        for key in want[2]:
+            torch.testing.assert_close(got[2][key], want[2][key], rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(got[3].loss, want[3].loss, rtol=1e-9, atol=1e-12)
+        assert torch.equal(got[3].accepted, want[3].accepted)
+        assert torch.equal(got[3].diverged, want[3].diverged)
+        assert got[3].scalars.keys() == want[3].scalars.keys()
+        for key in want[3].scalars:
+            torch.testing.assert_close(
+                got[3].scalars[key], want[3].scalars[key], rtol=1e-9, atol=1e-12
+            )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(DEVICE != "cpu", reason="chain groups are a CPU path")
+def test_a_run_in_chain_groups_is_the_same_on_one_thread_and_on_two(monkeypatch):
+    target = landscapes.make("tanh", hidden=2, n=100, dtype="float32")
+    kernel = samplers.make("sgld", step_size=1e-4, batch_size=10)
+    monkeypatch.setattr(fusedmod, "GROUP_MACS", 0)
+    threads = torch.get_num_threads()
+
+    def run(count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.set_num_threads(count)
+        g = torch.Generator().manual_seed(4)
+        state = kernel.init(target.initial(g, 8), target, g)
+        state, info = kernel.run(state, target, g, 200, fused=True, chunk=32)
+        return state.position, info.loss
+
+    try:
+        (position, loss), (position2, loss2) = run(1), run(2)
+    finally:
+        torch.set_num_threads(threads)
+    assert [entry.groups for entry in kernel._compiled.values()] == [2]
+    assert torch.equal(position, position2) and torch.equal(loss, loss2)
+    assert loss.shape == (200, 8) and torch.isfinite(loss).all()
