@@ -106,18 +106,19 @@ def execute(
     record = basis if basis is not None else est.positions == "all"  # projected in the scan
     chunk = None
     fused = compiled(spec, kernel, state, target)
-    from samplers.fused import Ahead, draws_ahead  # torch's compiler, as in ``compiled``
+    from samplers.fused import Ahead, single_threaded  # torch's compiler, as in ``compiled``
 
     ahead = Ahead()  # a block's noise is drawn while the one before is recorded
     # Snapshots come from a block's full positions, handed out by the scan, when they fit
     # BLOCK_ELEMENTS (block_steps sizes blocks to, unless one step alone passes it): blocks then
     # keep their length. Cut at the 8-chain digits MLP's snapshots, every 25 steps, its blocks'
     # extra compiled calls and draws cost 15% of the run (bench/RESULTS.md, 2026-11-24). Where a
-    # projecting chunk draws its noise ahead on another core, though, each block's draws
-    # overlap the block before (``ahead``) and cut blocks cost nothing, while full positions
-    # cost their writing and projection: that MLP's 5,000 steps took 0.32 s cut, 0.38 s with
-    # full positions (before its chains ran in two groups, which draw between chunks).
-    one = fused and draws_ahead(state.position.device, spec.chains, kernel, target)
+    # projecting chunk is single-threaded, though, cut blocks cost little (each block's draws
+    # overlap the block before, ``ahead``, or where its chains run in groups take ~0.3 ms
+    # between blocks), while full positions cost their writing, joining and projection: that
+    # MLP's 5,000 steps took 0.32 s cut, 0.38 s with full positions; in two groups of chains,
+    # 20,000 steps took 1.24-1.36 s cut, 1.52-1.66 s with full positions (2026-11-25).
+    one = fused and single_threaded(state.position.device, spec.chains, kernel, target)
     fits = block * spec.chains * est.dim <= BLOCK_ELEMENTS
     inline = bool(records.snapshot_stride) and fits and not one  # snapshots: projected runs
     if inline:

@@ -147,8 +147,8 @@ def test_noise_filled_into_reused_buffers_equals_fresh_draws():
 
 
 def test_a_large_cpu_draw_in_parallel_parts_depends_on_the_seed_only_and_has_the_right_law():
-    steps, chains, dim = 64, 32, 128  # 262144 normals: above PARALLEL_DRAW, so in PARTS parts
-    assert steps * chains * dim >= fusedmod.PARALLEL_DRAW
+    steps, chains, dim = 64, 32, 512  # 2^20: above PARALLEL_NORMALS, so in PARTS parts
+    assert steps * chains * dim >= max(fusedmod.PARALLEL_DRAW, fusedmod.PARALLEL_NORMALS)
 
     def drawn(threads, kind="normal", dtype=torch.float32, high=None, shape=(chains, dim)):
         g = torch.Generator().manual_seed(11)

@@ -127,7 +127,7 @@ def test_cpu_float32_normals_come_from_basin_others_from_torch():
 
 def test_a_large_draw_in_parallel_parts_is_the_same_on_any_number_of_threads():
     lib_or_skip()
-    shape = (64, 4096)  # past fused.PARALLEL_DRAW: eight parts, each seeded from the run's seed
+    shape = (256, 4096)  # fused.PARALLEL_NORMALS: eight parts, each seeded from the run's seed
     one = fused.fill(torch.Generator().manual_seed(9), "normal", shape, torch.float32, threads=1)
     two = fused.fill(torch.Generator().manual_seed(9), "normal", shape, torch.float32, threads=2)
     assert torch.equal(one, two)
