@@ -22,7 +22,7 @@ import math
 import os
 import shutil
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 
 import torch
@@ -450,11 +450,15 @@ class Compiled:
             with one_thread():
                 return self.chunk(*part)
 
-        key = (active.shape[0], basis is None, center_losses is None)
+        key = tuple(None if t is None else tuple(t.shape) for t in (active, basis, center_losses))
         if key in self.warm and torch.get_num_threads() > 1:
             pending = [_workers().submit(run, part) for part in parts[1:]]
-            results = [run(parts[0])] + [job.result() for job in pending]
-        else:  # dynamo compiles on one thread at a time
+            try:
+                results = [run(parts[0])]
+            finally:  # no group left running on buffers the caller goes on to reuse
+                wait(pending)
+            results += [job.result() for job in pending]
+        else:  # a new shape compiles, and dynamo compiles on one thread at a time
             results = [run(part) for part in parts]
             self.warm.add(key)
         return join_chains(results)
