@@ -72,21 +72,12 @@ class Recorder:
         for (kind, plain, dtype, high), shape, out in zip(
             self.plan, self.shapes(steps, groups), into, strict=True
         ):
-            if len(shape) == len(plain) + 1:  # [steps, ...]
-                drawn.append(fill(self.generator, kind, shape, dtype, high, out, threads))
-                continue
-            # [groups, steps, ...] (CPU only): drawn as [groups * steps, ...], so that a large
-            # draw is still cut into parts for the threads
-            out = torch.empty(shape, dtype=dtype) if out is None else out
-            fill(
-                self.generator,
-                kind,
-                (shape[0] * shape[1], *shape[2:]),
-                dtype,
-                high,
-                out.flatten(0, 1),
-                threads,
-            )
+            if out is None:
+                out = torch.empty(shape, dtype=dtype, device=self.generator.device)
+            # [groups, steps, ...] drawn as [groups * steps, ...]: a large draw is still cut
+            # into parts for the threads
+            flat = out.flatten(0, 1) if len(shape) > len(plain) + 1 else out
+            fill(self.generator, kind, flat.shape, dtype, high, flat, threads)
             drawn.append(out)
         return drawn
 
@@ -364,15 +355,6 @@ def chain_groups(device: torch.device, chains: int, kernel: Kernel, target) -> i
     return GROUPS if chains // GROUPS * rows * target.dim >= GROUP_MACS else 1
 
 
-def draws_ahead(device: torch.device, chains: int, kernel: Kernel, target) -> bool:
-    """Whether a chunk's successor's noise is drawn on another core while it runs: a chunk on
-    one thread in one group leaves the other cores idle; groups take them, and their noise is
-    drawn between chunks on all threads (``Compiled.noise``)."""
-    return single_threaded(device, chains, kernel, target) and (
-        chain_groups(device, chains, kernel, target) == 1
-    )
-
-
 def compile_options(device: torch.device, target, single: bool) -> dict | None:
     options = dict(COMPILE_OPTIONS.get(device.type, {}))
     if device.type == "cpu" and target.dim < SCALAR_BELOW:
@@ -410,7 +392,8 @@ class Compiled:
         self.target = weakref.ref(target)  # the cache lives on the kernel; ids are reused
         self.single = single_threaded(device, chains, kernel, target)
         self.groups = chain_groups(device, chains, kernel, target)
-        self.ahead = draws_ahead(device, chains, kernel, target)
+        # a chunk on one thread in one group leaves a core idle for the next chunk's draws
+        self.ahead = self.single and self.groups == 1
         self.warm: set[tuple] = set()  # call shapes compiled: each compiles on one thread
         options = compile_options(device, target, self.single)
         if device.type == "cuda":

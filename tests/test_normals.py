@@ -7,17 +7,17 @@ import math
 import numpy as np
 import pytest
 import torch
+from built import built_or_skip
 from scipy import stats
 
-from samplers import fused, normals
+from samplers import normals
 from samplers.base import draw
 
 M64 = (1 << 64) - 1
 
 
 def lib_or_skip():
-    if normals.library() is None:
-        pytest.skip("no C++ compiler here (tests/test_no_compiler.py covers torch's path)")
+    built_or_skip(normals.library(), "normals come from torch's generator")
 
 
 def splitmix64(state: int) -> tuple[int, int]:
@@ -123,15 +123,3 @@ def test_cpu_float32_normals_come_from_basin_others_from_torch():
     g = torch.Generator().manual_seed(3)
     assert draw(g, "normal", (5, 7), torch.float32, out=out) is out
     torch.testing.assert_close(out, got, rtol=0, atol=0)
-
-
-def test_a_large_draw_in_parallel_parts_is_the_same_on_any_number_of_threads():
-    lib_or_skip()
-    shape = (256, 4096)  # fused.PARALLEL_NORMALS: eight parts, each seeded from the run's seed
-    one = fused.fill(torch.Generator().manual_seed(9), "normal", shape, torch.float32, threads=1)
-    two = fused.fill(torch.Generator().manual_seed(9), "normal", shape, torch.float32, threads=2)
-    assert torch.equal(one, two)
-    parts = one.reshape(fused.PARTS, -1).numpy().astype(np.float64)
-    assert abs(np.corrcoef(parts)[np.triu_indices(fused.PARTS, 1)]).max() < 5 / math.sqrt(
-        parts.shape[1]
-    )

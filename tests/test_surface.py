@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from built import built_or_skip
 from test_jobs import cli
 
 import landscapes
@@ -116,16 +117,9 @@ def test_the_deep_linear_full_loss_equals_a_forward_pass_at_every_point(name, pa
 
 
 def plane_kernel_or_skip():
-    import os
-    import shutil
-
     import landscapes.networks as N
 
-    kernel = N.plane_kernel()
-    if kernel is None:  # on a machine with a compiler it must build
-        assert not shutil.which(os.environ.get("CXX", "c++")), "plane_kernel.cpp failed to build"
-        pytest.skip("no C++ compiler: MLP.plane_loss runs torch's operations")
-    return kernel
+    return built_or_skip(N.plane_kernel(), "MLP.plane_loss runs torch's operations")
 
 
 @pytest.mark.parametrize("dtype, rtol", [("float32", 1e-6), ("float64", 1e-13)])
