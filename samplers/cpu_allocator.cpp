@@ -8,7 +8,11 @@
 // is kept in the 8 bytes before the aligned one; data and context are the same pointer, as in
 // c10's allocator, so raw_allocate / raw_deallocate and copy-on-write clones work unchanged.
 // Large tensors keep c10's transparent-huge-page behaviour when THP_MEM_ALLOC_ENABLE is set:
-// page-aligned and advised MADV_HUGEPAGE from 2 MB.
+// advised MADV_HUGEPAGE from 2 MB. With it set (as ``jobs`` sets it), tensors are page-aligned
+// from 64 KB, not only from 2 MB as in c10: the Store writes a run's records to disk from where
+// they lie only when they start on a page (O_DIRECT), and a block's divergence flags (1 MB at
+// 4096 chains) or its thinned rows (~100-800 KB) were otherwise copied through a staging buffer
+// (jobs/store.py). At most a page in 16 is spent on the alignment.
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -24,6 +28,7 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;  // c10::gAlignment
 constexpr std::size_t kHugeFrom = std::size_t{2} << 20;  // c10's gAlloc_threshold_thp
+constexpr std::size_t kPageFrom = std::size_t{64} << 10;
 bool huge_pages = false;
 
 void release(void* data) {
@@ -39,7 +44,8 @@ struct MallocAllocator final : c10::Allocator {
       return {nullptr, nullptr, &release, cpu};
     }
     const bool huge = huge_pages && n >= kHugeFrom;
-    const std::size_t alignment = huge ? static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) : kAlignment;
+    const bool page = huge_pages && n >= kPageFrom;
+    const std::size_t alignment = page ? static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) : kAlignment;
     TORCH_CHECK_WITH(
         OutOfMemoryError, n <= SIZE_MAX - alignment, "DefaultCPUAllocator: not enough memory: you tried to allocate ",
         n, " bytes.");

@@ -21,7 +21,8 @@ import samplers
 from samplers import allocator
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZES = [1, 63, 64, 65, 1000, 1 << 16, 3 << 20]  # bytes; the last is past c10's THP threshold
+# bytes: around the 64-byte alignment, the page alignment from 64 KB, and c10's THP threshold
+SIZES = [1, 63, 64, 65, 1000, (1 << 16) - 1, 1 << 16, 3 << 20]
 
 need = pytest.mark.skipif(
     not (allocator.wanted() and shutil.which(os.environ.get("CXX", "c++"))),
@@ -42,7 +43,7 @@ def test_tensors_are_aligned_and_keep_their_values(monkeypatch, huge):
         assert allocator.install()
         for size in SIZES:
             t = torch.empty(size, dtype=torch.uint8)
-            page = huge and size >= 2 << 20  # c10 page-aligns these when THP is asked for
+            page = huge and size >= 1 << 16  # page-aligned from 64 KB when THP is asked for
             assert t.data_ptr() % (os.sysconf("SC_PAGESIZE") if page else 64) == 0, size
             t.copy_(torch.arange(size) % 251)
             # sum of (i mod 251) over i < size, in closed form
@@ -107,14 +108,52 @@ def test_sampling_is_the_same_bit_for_bit_under_either_allocator(fused):
     assert torch.equal(got[0], reference[0]) and torch.equal(got[1], reference[1])
 
 
-def test_tuned_environ_adds_the_tcache_tunable_once():
-    key = jobs.TCACHE_TUNABLE
-    assert jobs.tuned_environ({})["GLIBC_TUNABLES"] == f"{key}={jobs.TCACHE_COUNT}"
+def test_tuned_environ_adds_each_tunable_once():
+    tuned = ":".join(f"{name}={value}" for name, value in jobs.TUNABLES.items())
+    assert jobs.tuned_environ({})["GLIBC_TUNABLES"] == tuned
     mixed = jobs.tuned_environ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
-    assert mixed["GLIBC_TUNABLES"] == f"glibc.malloc.arena_max=2:{key}={jobs.TCACHE_COUNT}"
-    mine = {"GLIBC_TUNABLES": f"{key}=7"}  # the user's own value stays
-    assert jobs.tuned_environ(mine) == mine
+    assert mixed["GLIBC_TUNABLES"] == f"glibc.malloc.arena_max=2:{tuned}"
+    mine = {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=7"}  # the user's own value stays
+    got = jobs.tuned_environ(mine)["GLIBC_TUNABLES"].split(":")
+    assert got[0] == "glibc.malloc.tcache_count=7" and len(got) == len(jobs.TUNABLES)
+    assert jobs.tuned_environ(got := {"GLIBC_TUNABLES": ":".join(got)}) == got  # all set: as is
     assert "GLIBC_TUNABLES" not in jobs.tuned_environ({"BASIN_ALLOCATOR": "torch"})
+
+
+# Holds 8 blocks of 8 MB from malloc, touches them, frees them all, three times; prints the page
+# faults of the third round. glibc's defaults mmap the first round's blocks, then (its threshold
+# raised to 8 MB) take the next from the heap and trim the heap's 64 MB free top back to the
+# kernel: each round faults its 16,384 pages in anew.
+ROUNDS = """
+import ctypes, resource
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 8 << 20
+for round in range(3):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    blocks = [libc.malloc(size) for _ in range(8)]
+    for block in blocks:
+        ctypes.memset(block, 1, size)
+    for block in blocks:
+        libc.free(block)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not (jobs.glibc() and sys.platform.startswith("linux")), reason="glibc")
+def test_the_tunables_keep_freed_blocks_for_the_next_ones():
+    def faults(env: dict[str, str]) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", ROUNDS], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    plain = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "BASIN_ALLOCATOR")}
+    pages = 8 * (8 << 20) // os.sysconf("SC_PAGE_SIZE")
+    assert faults(plain) >= pages // 2  # glibc's defaults: the blocks come back as new pages
+    assert faults(jobs.tuned_environ(plain)) < pages // 20  # tuned: the same pages again
 
 
 @pytest.mark.skipif(
@@ -132,8 +171,9 @@ def test_a_worker_starts_again_with_the_tunables_under_its_own_pid(tmp_path):
             if b"BASIN_TUNED=1" in environ or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        tuned = f"GLIBC_TUNABLES={jobs.TCACHE_TUNABLE}={jobs.TCACHE_COUNT}".encode()
-        assert tuned in environ
+        # glibc cuts GLIBC_TUNABLES at its colons in place as it reads them: each one is there
+        tunables = [f"{name}={value}".encode() for name, value in jobs.TUNABLES.items()]
+        assert all(any(t in entry for entry in environ) for t in tunables), environ
     finally:
         proc.terminate()
         proc.wait(30)
