@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 
 import numpy as np
 import torch
@@ -29,6 +31,10 @@ FLUSH_SECONDS = 0.5
 # Records kept before a flush, at most: 4096 chains of a 2-D potential recording every step make
 # ~1 GB/s, so half a second's worth would hold ~0.5 GB, and as much again while it is written.
 FLUSH_BYTES = 32 << 20
+# Appends queued behind the loop before a flush waits: with one, the loop waited 17-37 ms a run
+# for the writer (the banana's 4096 chains recording every step: ~30 flushes of 32 MB, each
+# ~16 ms of writing against ~21 ms of steps).
+WRITES_BEHIND = 2
 BLOCK_ELEMENTS = 2**22  # chain x parameter x step elements per block: bounds memory and latency
 MAX_BLOCK = 256  # the fused path's chunk: one compiled length serves every block of a run
 # The first block is one step, flushed at once, so whoever watches sees the first records in well
@@ -207,9 +213,10 @@ def _progress(
 class Records:
     """Keeps every ``thin``-th step's records on the device and appends them to the Store.
 
-    Appends run on one writer thread, in order, one at a time: a flush waits for the one before
-    it, so at most two flushes' records are held. Used as a context manager, whose exit waits
-    for the last append and raises its error, if any.
+    Appends run on one writer thread, in order, one at a time: a flush waits while WRITES_BEHIND
+    appends are queued, so at most that many flushes' records and the pending ones are held (in
+    host memory: a flush has copied them off the device). Used as a context manager, whose exit
+    waits for every append and raises the first error, if any.
 
     ``accepted`` is kept for Metropolis kernels only: elsewhere it is 1 - diverged, and leaving
     it out saves a third of what a 2-D run writes."""
@@ -220,7 +227,7 @@ class Records:
         self.pending: list[dict[str, torch.Tensor]] = []
         self.kept_bytes = 0  # of the pending records
         self.writer = ThreadPoolExecutor(1, thread_name_prefix=f"records-{run_id}")
-        self.writing: Future | None = None
+        self.writing: deque[Future] = deque()  # appends queued or in flight, oldest first
         self.records = 0  # records appended so far
         self.snapshots: list[torch.Tensor] = []  # on the device until a flush
         self.snapshot_steps: list[int] = []
@@ -281,18 +288,21 @@ class Records:
             appends.append((self.saved, {"step": step, "position": position}, "snapshots"))
             self.saved += len(step)
             self.snapshots, self.snapshot_steps = [], []
-        self.wait()
-        self.writing = self.writer.submit(self._append, appends)
+        while len(self.writing) >= WRITES_BEHIND:
+            self.writing.popleft().result()
+        self.writing.append(self.writer.submit(self._append, appends))
 
     def _append(self, appends: list[tuple[int, dict, str]]) -> None:
         for start, arrays, series in appends:
             self.store.append(self.run_id, start, arrays, series)
 
     def wait(self) -> None:
-        """The append in flight has landed (or its error is raised here)."""
-        writing, self.writing = self.writing, None
-        if writing is not None:
-            writing.result()
+        """Every append queued has landed (or the first error is raised here, once all have
+        ended: none is left writing from memory its caller may free)."""
+        writing, self.writing = self.writing, deque()
+        wait_all(writing)
+        for future in writing:
+            future.result()
 
     def __enter__(self) -> Records:
         return self
