@@ -234,8 +234,10 @@ def jobs(args: argparse.Namespace) -> None:
         f"written behind the loop, progress); the last column is the whole run (target "
         f"build, summary with ESS and R-hat). Median of {args.repeats}, the sides taking turns "
         f"to go first, each timed from rest ({bench_jobs.SETTLE_S:g} s idle before it); the "
-        "overhead is the median of each repeat's jobs / bare, and the range is theirs. Goal "
-        "(issue 4): overhead <= 10%.",
+        "overhead is the median of each repeat's jobs / bare, and the range is theirs. The "
+        "control, `bare while writing them`, times the bare side while a plain thread writes "
+        "the jobs side's bytes with O_DIRECT (the median of its ratios to bare): the disk's "
+        "own cost. Goal (issue 4): overhead <= 10%.",
         "",
         machine(),
         "",

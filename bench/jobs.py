@@ -7,7 +7,9 @@ jobs loop holds them between flushes and then dropped; the jobs side is the samp
 behind the loop, progress), and, in the last column, the whole run (building the target, the
 summary). Median of the repeats, each side timed from rest and the two taking turns to go
 first (``SETTLE_S``); the overhead is the median of each repeat's jobs / bare, shown with the
-range of those ratios. The specs ask for compiled chunks (``compile: always``), the path with
+range of those ratios. A third side is the control: the bare side again while a plain thread
+writes as many bytes as the jobs side's Store did (``bare_writing``), which reads what the
+machine's disk alone costs the sampler. The specs ask for compiled chunks (``compile: always``), the path with
 the shortest steps and so the one where the loop's own cost weighs most.
 
 Both cases run 20,000 steps. At 5,000 the MLP's run lasted ~0.33 s, and on this shared 2-core
@@ -20,9 +22,13 @@ its PCA snapshots) is in bench/RESULTS.md, for a reader who wants a short run's 
 from __future__ import annotations
 
 import gc
+import mmap
+import os
 import statistics
 import tempfile
+import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -83,17 +89,52 @@ def bare(spec) -> float:
     return time.perf_counter() - start
 
 
-def through_jobs(spec) -> tuple[float, float]:
+def through_jobs(spec) -> tuple[float, float, int]:
     """(seconds of the steps with their records and flushes; of the whole run, build and
-    summary included)."""
+    summary included; bytes the Store wrote)."""
     with tempfile.TemporaryDirectory() as home:
         store = Store(home)
         run_id = store.create(spec.model_dump(mode="json"))
         start = time.perf_counter()
         summary = execute(spec, store, run_id)
         total = time.perf_counter() - start
+        written = sum(f.stat().st_size for f in (Path(home) / "runs").iterdir())
         store.close()
-    return summary["sampling_seconds"], total
+    return summary["sampling_seconds"], total, written
+
+
+WRITE_CHUNK = 8 << 20
+
+
+def write_plainly(path: str, nbytes: int) -> None:
+    """``nbytes`` to a new file at ``path`` in WRITE_CHUNK writes, bypassing the page cache
+    where the file system allows, as the Store writes its records: no jobs code involved."""
+    chunk = mmap.mmap(-1, WRITE_CHUNK)  # page-aligned, as O_DIRECT needs
+    chunk.write(b"\x01" * WRITE_CHUNK)
+    flags = os.O_WRONLY | os.O_CREAT
+    try:
+        fd = os.open(path, flags | getattr(os, "O_DIRECT", 0), 0o644)
+    except OSError:  # a file system without O_DIRECT: through the page cache
+        fd = os.open(path, flags, 0o644)
+    try:
+        for offset in range(0, nbytes, WRITE_CHUNK):
+            os.pwrite(fd, chunk, offset)
+    finally:
+        os.close(fd)
+        chunk.close()
+
+
+def bare_writing(spec, nbytes: int) -> float:
+    """``bare`` while another thread writes as many bytes as the run's Store did, to a file in
+    the same kind of directory: what the disk alone costs the sampler on this machine, the
+    floor under the jobs side's overhead when its records are written as fast as they come."""
+    with tempfile.TemporaryDirectory() as home:
+        writer = threading.Thread(target=write_plainly, args=(f"{home}/bytes", nbytes))
+        writer.start()
+        try:
+            return bare(spec)
+        finally:
+            writer.join()
 
 
 # A run's summary is seconds of ArviZ on the records (8 s for the 1 GB of the banana at thin 1),
@@ -115,17 +156,23 @@ def run(repeats: int, thins: tuple[int, ...]) -> list[str]:
     for name, case in CASES.items():
         for thin in thins:
             spec = parse_spec({**case, "thin": thin})
-            bare(spec), through_jobs(spec)  # warm-up: compile (cached on disk afterwards)
-            times = {"bare": [], "jobs": [], "total": []}
+            bare(spec)  # warm-up: compile (cached on disk afterwards)
+            written = through_jobs(spec)[2]
+            times = {"bare": [], "jobs": [], "total": [], "disk": []}
             for i in range(repeats):
-                for side in ("bare", "jobs")[:: 1 if i % 2 == 0 else -1]:
+                for side in ("bare", "jobs", "disk")[:: 1 if i % 2 == 0 else -1]:
                     if side == "bare":
                         times["bare"].append(rested(bare, spec))
+                    elif side == "disk":
+                        times["disk"].append(rested(bare_writing, spec, written))
                     else:
-                        loop, total = rested(through_jobs, spec)
+                        loop, total, _ = rested(through_jobs, spec)
                         times["jobs"].append(loop)
                         times["total"].append(total)
             b, j, t = (statistics.median(times[k]) for k in ("bare", "jobs", "total"))
+            floor = statistics.median(
+                disk / bare for bare, disk in zip(times["bare"], times["disk"], strict=True)
+            )
             # each repeat's own ratio: its two sides ran back to back, in the same phase of a
             # noisy host, which the medians of the two columns taken apart do not guarantee
             ratios = [jobs / bare for bare, jobs in zip(times["bare"], times["jobs"], strict=True)]
@@ -133,7 +180,8 @@ def run(repeats: int, thins: tuple[int, ...]) -> list[str]:
             row = (
                 f"| {name} | {spec.chains} | {spec.steps} | {thin} | {b:.3f} | {j:.3f} | "
                 f"{100 * (ratio - 1):+.0f}% | {100 * (min(ratios) - 1):+.0f}.."
-                f"{100 * (max(ratios) - 1):+.0f}% | {t:.3f} |"
+                f"{100 * (max(ratios) - 1):+.0f}% | {written / 2**20:.0f} | "
+                f"{100 * (floor - 1):+.0f}% | {t:.3f} |"
             )
             print(row, flush=True)
             rows.append(row)
@@ -142,6 +190,6 @@ def run(repeats: int, thins: tuple[int, ...]) -> list[str]:
 
 HEADER = (
     "| case | C | steps | thin | bare s | through jobs s | overhead | repeats' range |"
-    " with summary s |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    " written MB | bare while writing them | with summary s |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
