@@ -34,7 +34,7 @@ os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 #   0.5 s on the 2-core VM. There the banana's 4096 chains recording every step took ~52,000
 #   faults a run through jobs (~0.2 GB), and the bare loop 1,000 to 80,000 from run to run
 #   (0.72-0.90 s); with mmap from 32 MB only and trimming past 512 MB, ~2,000 and none
-#   (bench/RESULTS.md, the reading after the 2026-11-25 22:00 jobs run). The cost: a process
+#   (bench/RESULTS.md, the reading after the 2026-11-25 22:32 engine run). The cost: a process
 #   keeps the memory it freed, up to what it held at once, for its next blocks.
 # glibc reads its tunables once, at start-up: the processes Basin starts get them in their
 # environment (``tuned_environ``), and ``python -m jobs`` / ``python -m bench`` start themselves
