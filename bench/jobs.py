@@ -9,8 +9,9 @@ summary). Median of the repeats, each side timed from rest and the two taking tu
 first (``SETTLE_S``); the overhead is the median of each repeat's jobs / bare, shown with the
 range of those ratios. A third side is the control: the bare side again while a plain thread
 writes as many bytes as the jobs side's Store did (``bare_writing``), which reads what the
-machine's disk alone costs the sampler. The specs ask for compiled chunks (``compile: always``), the path with
-the shortest steps and so the one where the loop's own cost weighs most.
+machine's disk alone costs the sampler. The specs ask for compiled chunks (``compile:
+always``), the path with the shortest steps and so the one where the loop's own cost weighs
+most.
 
 Both cases run 20,000 steps. At 5,000 the MLP's run lasted ~0.33 s, and on this shared 2-core
 VM one such measurement swung by +-15% from the next on either side, so five repeats read its
