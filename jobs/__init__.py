@@ -6,11 +6,11 @@ The one path by which both the app and the command line run anything (DESIGN.md,
 import os
 
 # torch's CPU allocator page-aligns tensors of 2 MB or more (and asks for huge pages for them) when
-# this is set before its first allocation, so ``import jobs`` before torch; Basin's (samplers/
-# allocator.py) page-aligns them from 64 KB. The Store then writes
-# a run's records to disk from where they lie (O_DIRECT needs aligned memory) instead of copying
-# them through a staging buffer: 1 GB of records cost the 2-core VM's sampler ~0.1 s less
-# (bench/RESULTS.md, 2026-11-24). Workers and ``python -m jobs`` import this first.
+# this is set before its first allocation, so ``import jobs`` before torch; Basin's allocator
+# (samplers/allocator.py) page-aligns them from 64 KB. The Store then writes a run's records to
+# disk from where they lie (O_DIRECT needs aligned memory) instead of copying them through a
+# staging buffer: 1 GB of records cost the 2-core VM's sampler ~0.1 s less (bench/RESULTS.md,
+# 2026-11-24). Workers and ``python -m jobs`` import this first.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 # libgomp's threads spin ~7 ms (300,000 spins) after a parallel region before they sleep. A
@@ -56,8 +56,7 @@ def tuned_environ(env: dict[str, str] | None = None) -> dict[str, str]:
     tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
     given = {t.split("=", 1)[0] for t in tunables}
     tunables += [f"{name}={value}" for name, value in TUNABLES.items() if name not in given]
-    if tunables:
-        env["GLIBC_TUNABLES"] = ":".join(tunables)
+    env["GLIBC_TUNABLES"] = ":".join(tunables)
     return env
 
 

@@ -15,7 +15,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_all
 
 import numpy as np
 import torch
@@ -297,10 +296,9 @@ class Records:
             self.store.append(self.run_id, start, arrays, series)
 
     def wait(self) -> None:
-        """Every append queued has landed (or the first error is raised here, once all have
-        ended: none is left writing from memory its caller may free)."""
+        """Every append queued has landed, or the first error is raised here (``__exit__``'s
+        shutdown then waits for the rest before the error leaves)."""
         writing, self.writing = self.writing, deque()
-        wait_all(writing)
         for future in writing:
             future.result()
 

@@ -594,3 +594,89 @@ def test_a_foreground_run_honours_cancel(home, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert codes == [0] and summary["status"] == "cancelled" and summary["steps"] < 20_000_000
     assert store.get(run_id).status == "cancelled"
+
+
+def _records(tmp_path, store):
+    """A Records for a 3-chain 2-D run recording every step, and a block maker."""
+    import torch
+
+    from jobs.run import Records
+    from jobs.spec import estimate, parse_spec
+    from samplers.base import Info
+
+    spec = parse_spec({"target": {"name": "banana"}, "sampler": {"name": "sgld"}, "chains": 3})
+    run_id = store.create(spec.model_dump(mode="json"))
+
+    def block(first: int, n: int) -> Info:  # step s of chain c: loss s + c / 10
+        loss = torch.arange(first, first + n, dtype=torch.float32)[:, None] + torch.arange(3) / 10
+        position = torch.stack([loss, -loss], -1)
+        return Info(loss, torch.ones(n, 3), torch.zeros(n, 3, dtype=torch.bool), position)
+
+    return Records(spec, estimate(spec), store, run_id, False), run_id, block
+
+
+def test_flushes_queue_behind_the_writer_up_to_writes_behind_then_wait(tmp_path):
+    import threading
+
+    from jobs.run import WRITES_BEHIND
+
+    store = Store(tmp_path)
+    release, started = threading.Event(), threading.Event()
+    append = store.append
+
+    def held_append(*args, **kwargs):  # the writer stalls until released, as on a slow disk
+        started.set()
+        release.wait(30)
+        return append(*args, **kwargs)
+
+    store.append = held_append
+    records, run_id, block = _records(tmp_path, store)
+    with records:
+
+        def queue():
+            for k in range(WRITES_BEHIND):
+                records.keep(4 * k, block(4 * k, 4))
+                records.flush()
+
+        queued = threading.Thread(target=queue)
+        queued.start()
+        queued.join(10)
+        assert not queued.is_alive() and started.is_set()  # queued while the writer stalls
+        records.keep(4 * WRITES_BEHIND, block(4 * WRITES_BEHIND, 4))
+        third = threading.Thread(target=records.flush)
+        third.start()
+        third.join(0.5)
+        assert third.is_alive()  # one more waits for the oldest append
+        release.set()
+        third.join(30)
+        assert not third.is_alive()
+    steps = 4 * (WRITES_BEHIND + 1)
+    data = store.read(run_id)
+    want = np.arange(steps, dtype=np.float32)[:, None] + np.arange(3, dtype=np.float32) / 10
+    np.testing.assert_array_equal(data["step"], np.arange(steps))
+    np.testing.assert_array_equal(data["loss"], want)
+    np.testing.assert_array_equal(data["position"], np.stack([want, -want], -1))
+
+
+def test_a_failed_append_is_raised_once_every_queued_one_has_ended(tmp_path):
+    store = Store(tmp_path)
+    append, calls, ended = store.append, [], []
+
+    def failing_append(*args, **kwargs):
+        calls.append(len(calls))
+        try:
+            if len(calls) == 1:
+                raise OSError("disk full")
+            time.sleep(0.3)  # a slow second append, still writing when the first has failed
+            return append(*args, **kwargs)
+        finally:
+            ended.append(len(calls))
+
+    store.append = failing_append
+    records, _, block = _records(tmp_path, store)
+    with pytest.raises(OSError, match="disk full"), records:  # the first error, not the second's
+        records.keep(0, block(0, 4))
+        records.flush()
+        records.keep(4, block(4, 4))
+        records.flush()
+    assert len(ended) == 2  # both appends ended before the error reached the caller
