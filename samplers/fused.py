@@ -21,6 +21,7 @@ import functools
 import math
 import os
 import shutil
+import types
 import weakref
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
@@ -270,6 +271,43 @@ class GraphedChunk:
         return graph, inputs, outputs
 
 
+class LengthChunks:
+    """On CPU, ``chunk_steps``'s function compiled for each chunk length under a code object of
+    that length's own (``length_code``), shared by every run in the process.
+
+    dynamo keeps a code object's compiled versions in one list and tries their guards in turn
+    at each call. With one code object for every length, a process running chunks of two
+    lengths (the bare MLP's blocks of 128 steps beside a jobs run's blocks cut at its PCA
+    snapshots) compiled each length a second time, ~2 s each, whenever the machine was busy:
+    in 5 of 5 such processes, against none of 5 with a code object per length (the reading
+    after the 2026-11-26 00:33 jobs run in bench/RESULTS.md). TORCH_LOGS=recompiles gave the
+    reason "Unexpected recompilation: runtime guards failed even though they passed during
+    recompilation-reason analysis", a guard failure dynamo could not name."""
+
+    def __init__(self, run, options: dict | None):
+        self.run, self.options = run, options
+        self.compiled: dict[int, object] = {}
+
+    def __call__(
+        self, position, center, diverged, aux, noise, active, basis=None, center_losses=None
+    ):
+        length = active.shape[0]
+        if length not in self.compiled:
+            fn, code = self.run, length_code(self.run.__code__, length)
+            run = types.FunctionType(code, fn.__globals__, None, fn.__defaults__, fn.__closure__)
+            self.compiled[length] = torch.compile(run, dynamic=False, options=self.options)
+        return self.compiled[length](
+            position, center, diverged, aux, noise, active, basis, center_losses
+        )
+
+
+@functools.cache
+def length_code(code: types.CodeType, length: int) -> types.CodeType:
+    """``code`` under a name of ``length``'s own: one per process, shared by every run, so that
+    its compiled versions serve the next run of the same kernel and target."""
+    return code.replace(co_name=f"{code.co_name}_{length}")
+
+
 def with_compiler_settings(compiled):
     """``compiled`` called with the compiler settings it needs, since a call may compile it.
     torch keeps them in context variables, one set per thread: set once at import, they were
@@ -399,8 +437,7 @@ class Compiled:
         if device.type == "cuda":
             chunk = GraphedChunk(kernel, target, positions, options)
         else:
-            run = chunk_steps(kernel, target, positions)
-            chunk = torch.compile(run, dynamic=False, options=options)
+            chunk = LengthChunks(chunk_steps(kernel, target, positions), options)
         self.chunk = with_compiler_settings(chunk)
         self.device = device
         self.plan: list[tuple] | None = None

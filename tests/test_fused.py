@@ -419,3 +419,30 @@ def test_a_run_in_chain_groups_is_the_same_on_one_thread_and_on_two(monkeypatch)
     assert [entry.groups for entry in kernel._compiled.values()] == [2]
     assert torch.equal(position, position2) and torch.equal(loss, loss2)
     assert loss.shape == (200, 8) and torch.isfinite(loss).all()
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="on CUDA a chunk length is a CUDA graph of its own")
+def test_each_chunk_length_has_its_own_compiled_code_shared_by_later_runs():
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.utils import counters
+
+    target = landscapes.make("banana", device=DEVICE, dtype="float32")
+
+    def run(lengths):  # a run: its own kernel, as each jobs run builds one
+        kernel = samplers.make("sgld", step_size=0.01)
+        g = torch.Generator(DEVICE).manual_seed(0)
+        state = kernel.init(target.initial(g, 8), target, g)
+        state, _ = kernel.run(state, target, g, 1, True)  # the eager first step
+        for n in lengths:
+            state, _ = kernel.run(state, target, g, n, True, chunk=n)
+
+    run([5, 7])  # compiles what this process has not compiled yet
+    frames = counters["frames"]["total"]
+    run([7, 5, 7])
+    run([5])
+    assert counters["frames"]["total"] == frames  # later runs reuse both lengths' code
+    code = chunk_steps(samplers.make("sgld"), target).__code__
+    five, seven = fusedmod.length_code(code, 5), fusedmod.length_code(code, 7)
+    assert five is fusedmod.length_code(code, 5) and five is not seven
+    # one compiled version each: no call of one length tries the guards of the other's
+    assert len(_debug_get_cache_entry_list(five)) == len(_debug_get_cache_entry_list(seven)) == 1
