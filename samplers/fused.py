@@ -320,8 +320,8 @@ def with_compiler_settings(compiled):
         # counter's value, a data-dependent scalar that dynamo must be allowed to capture.
         if not config.capture_scalar_outputs:
             config.capture_scalar_outputs = True
-        # Every compiled chunk shares the code object of ``run`` above, and dynamo counts
-        # recompilations per code object: one per (kernel, target, chunk length, shape).
+        # The compiled chunks of a length share a code object (``length_code``), and dynamo
+        # counts recompilations per code object: one per (kernel, target, shape) a process runs.
         if config.recompile_limit < RECOMPILE_LIMIT:
             config.recompile_limit = RECOMPILE_LIMIT
         return compiled(*args)
@@ -422,7 +422,7 @@ MAX_CHUNK = 256  # steps per compiled call: enough to make the call's fixed cost
 
 class Compiled:
     """The compiled chunk of a kernel on a target, and the draws one step makes (learned from
-    the first eager step). One compiled graph per chunk length (dynamo recompiles on a new one)."""
+    the first eager step). One compiled graph per chunk length (``LengthChunks``)."""
 
     def __init__(
         self, kernel: Kernel, target, device: torch.device, chains: int, positions: bool = False
