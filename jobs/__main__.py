@@ -5,7 +5,7 @@
     python -m jobs run spec.json --json          # a RunSpec as JSON
     python -m jobs submit ...                    # queue it; prints the run id
     python -m jobs worker [--slots N]            # serve the queue (the app starts one too)
-    python -m jobs list | show ID [--json] | cancel ID | delete ID
+    python -m jobs list | show ID [--json] [--diagnostics] | cancel ID | delete ID
     python -m jobs export ID --format netcdf|npz --out PATH
     python -m jobs sweep dln --class tiny --problems 16 --samplers sgld,rmsprop-sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --steps 5000 --json      # the DLN benchmark
@@ -20,11 +20,6 @@ A bad spec exits with code 2 and one message naming the field. The store is $BAS
 """
 
 from __future__ import annotations
-
-if __name__ == "__main__":  # glibc's tunables, before torch loads (jobs/__init__.py)
-    from . import restart_tuned
-
-    restart_tuned()
 
 import argparse
 import json
@@ -271,11 +266,18 @@ def cmd_list(args: argparse.Namespace, store: Store) -> int:
 def cmd_show(args: argparse.Namespace, store: Store) -> int:
     store.mark_stale()
     info = _show(store.get(args.id))
+    table = None
+    if args.diagnostics:  # before printing anything: a run without positions exits 2 alone
+        from . import report
+
+        table = report.diagnostics_table(store, args.id)
     if args.json:
-        print(json.dumps(_finite(info)))
-    else:
-        for key, value in info.items():
-            print(f"{key}: {value}")
+        print(json.dumps(_finite(info if table is None else {**info, "diagnostics": table})))
+        return 0
+    for key, value in info.items():
+        print(f"{key}: {value}")
+    if table is not None:
+        print(f"\n{report.diagnostics_text(table)}")
     return 0
 
 
@@ -463,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     show = sub.add_parser("show")
     show.add_argument("id")
     show.add_argument("--json", action="store_true")
+    show.add_argument(
+        "--diagnostics",
+        action="store_true",
+        help="the Playground's diagnostics table: moments, tails, KS against the exact "
+        "sampler, ESS and R-hat per coordinate (JSON: a 'diagnostics' field)",
+    )
     for name in ("cancel", "delete"):
         sub.add_parser(name).add_argument("id")
     export = sub.add_parser("export")

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from landscapes import ParamError
 
-from . import allocator
 from .base import Info, Kernel, State
 from .registry import REGISTRY
-
-allocator.install()  # before the kernels allocate: see samplers/allocator.py
 
 __all__ = ["REGISTRY", "Info", "Kernel", "State", "make"]
 
