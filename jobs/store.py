@@ -9,13 +9,11 @@ a consistent prefix of a run, never a torn chunk. Layout under the home director
     runs/<run_id>.sqlite  that run's index of recorded chunks, and its named side arrays
     runs/<run_id>.bin     the recorded chunks' bytes, appended
 
-A chunk's bytes go past the end of the .bin file (a large name's at a 4 KiB-aligned offset)
-before the transaction that indexes them commits, so a reader that sees the index row finds the
-bytes in place; bytes a dying writer left without an index row are never read. Kept out of
-SQLite, records are written once, large ones bypassing the page cache where the file system
-allows (``_Appender``), instead of twice (WAL, then checkpoint) through 4 KiB overflow pages:
-4096 chains recording every step write up to ~1 GB/s, which SQLite blobs capped far below the
-sampler's own pace.
+A chunk's bytes are appended to the .bin file (plain file objects: seek, write, readinto, so it
+runs wherever Python does) before the transaction that indexes them commits, so a reader that
+sees the index row finds the bytes in place; bytes a dying writer left without an index row are
+never read. Kept out of SQLite, records are written once instead of twice (WAL, then
+checkpoint) through 4 KiB overflow pages, which capped large runs far below the sampler's pace.
 
 A file per run means writers of different runs never contend and deleting a run frees its space.
 """
@@ -23,11 +21,9 @@ A file per run means writers of different runs never contend and deleting a run 
 from __future__ import annotations
 
 import contextlib
-import errno
 import io
 import json
 import math
-import mmap
 import os
 import secrets
 import sqlite3
@@ -44,9 +40,6 @@ STATUSES = ("queued", "running", "completed", "cancelled", "failed", "interrupte
 FINAL = ("completed", "cancelled", "failed", "interrupted")
 BUSY_TIMEOUT_S = 10.0
 OPEN_RUN_FILES = 16  # per thread; a sweep's many runs must not exhaust file descriptors
-BLOCK = 4096  # O_DIRECT writes start at multiples of this in a .bin file
-DIRECT_BYTES = 1 << 20  # a name's bytes in a chunk from which they bypass the page cache
-STAGE_BYTES = 8 << 20  # an appender's staging buffer for O_DIRECT writes
 
 _META_SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -161,90 +154,24 @@ def _blob(array: np.ndarray) -> tuple[str, str, memoryview]:
     return array.dtype.str, json.dumps(array.shape), memoryview(array.reshape(-1)).cast("B")
 
 
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while data:
-        got = os.pwrite(fd, data, offset)
-        data, offset = data[got:], offset + got
+def _append(file: io.RawIOBase, parts: list[memoryview]) -> int:
+    """``parts`` one after another at the file's end; returns the offset of the first."""
+    start = file.seek(0, os.SEEK_END)
+    for data in parts:
+        while data:  # a raw write may take less than asked for (e.g. past 2 GiB)
+            data = data[file.write(data) :]
+    return start
 
 
-class _Appender:
-    """A run's .bin file, appended to by one thread.
-
-    A chunk's name of DIRECT_BYTES or more bypasses the page cache (O_DIRECT) where the file
-    system allows it: it starts at the next BLOCK-aligned offset, its last block padded with
-    zeros (under 0.4% at 1 MB). A part whose memory is BLOCK-aligned (a large tensor's, with
-    torch's THP_MEM_ALLOC_ENABLE) goes to disk from where it lies; the rest is copied through a
-    page-aligned staging buffer, as O_DIRECT needs aligned memory. Smaller ones, such as
-    a slow run's flushes, go through the page cache at the file's end, unpadded. Measured on the
-    2-core VM (bench/RESULTS.md, 2026-11-24): a run loop writing 1 GB of records behind the
-    sampler, on a thread, cost +24% through O_DIRECT and +42% writing in line through the page
-    cache, while page-cache writes from a thread made the run ~4x longer (the kernel's writeback
-    competed with the sampler's threads for both cores); with the staging copy gone for aligned
-    parts, +14-16%."""
-
-    def __init__(self, path: Path):
-        # FileIO objects close their descriptors when dropped with their thread's Store state
-        self.file = io.FileIO(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644), "w")
-        try:
-            self.direct = io.FileIO(os.open(path, os.O_WRONLY | os.O_DIRECT), "w")
-            self.stage = mmap.mmap(-1, STAGE_BYTES)  # page-aligned, as O_DIRECT needs
-        except (AttributeError, OSError):  # no O_DIRECT here (macOS) or not on this file system
-            self.direct = self.stage = None
-
-    def close(self) -> None:
-        for handle in (self.file, self.direct, self.stage):
-            if handle is not None:
-                handle.close()
-
-    def append(self, parts: list[memoryview]) -> int:
-        """``parts`` one after another past the file's end; returns the offset of the first."""
-        start = os.fstat(self.file.fileno()).st_size
-        if self.direct is None or sum(len(data) for data in parts) < DIRECT_BYTES:
-            offset = start
-            for data in parts:
-                _pwrite_all(self.file.fileno(), data, offset)
-                offset += len(data)
-            return start
-        start = offset = -(-start // BLOCK) * BLOCK
-        stage, fill = np.frombuffer(self.stage, np.uint8), 0
-        for data in parts:
-            data = np.frombuffer(data, np.uint8)
-            if not fill and data.ctypes.data % BLOCK == 0:  # its whole blocks need no copy
-                whole = data.size // BLOCK * BLOCK
-                offset, data = self._direct(offset, memoryview(data[:whole])), data[whole:]
-            while data.size:
-                k = min(data.size, STAGE_BYTES - fill)
-                np.copyto(stage[fill : fill + k], data[:k])  # numpy copies without the GIL
-                fill, data = fill + k, data[k:]
-                if fill == STAGE_BYTES:
-                    offset, fill = self._direct(offset, memoryview(self.stage)), 0
-        if fill:
-            size = -(-fill // BLOCK) * BLOCK
-            stage[fill:size] = 0
-            self._direct(offset, memoryview(self.stage)[:size])
-        return start
-
-    def _direct(self, offset: int, view: memoryview) -> int:
-        """Writes whole blocks from aligned memory at an aligned ``offset``; returns its end."""
-        try:
-            _pwrite_all((self.direct or self.file).fileno(), view, offset)
-        except OSError as exc:  # a file system that takes the flag but not the write
-            if exc.errno != errno.EINVAL or self.direct is None:
-                raise
-            self.direct.close()
-            self.direct = None  # the page cache from here on
-            _pwrite_all(self.file.fileno(), view, offset)
-        return offset + len(view)
-
-
-def _read_all(fd: int, view: memoryview, offset: int) -> bool:
-    """Fill ``view`` from the file at ``offset`` (a read may return less than asked for, e.g.
-    past 2 GiB); False when the file ends first."""
+def _read_all(file: io.RawIOBase, view: memoryview, offset: int) -> bool:
+    """Fill ``view`` from the file at ``offset`` (a read may return less than asked for); False
+    when the file ends first."""
+    file.seek(offset)
     while view:
-        got = os.preadv(fd, [view], offset)
-        if got == 0:
+        got = file.readinto(view)
+        if not got:
             return False
-        view, offset = view[got:], offset + got
+        view = view[got:]
     return True
 
 
@@ -274,14 +201,35 @@ def _new_id() -> str:
 
 
 def _pid_alive(pid: int) -> bool:
-    """Signal 0 checks that a process exists without touching it (POSIX, same host)."""
+    """Whether process ``pid`` exists on this host (a POSIX zombie counts until it is reaped)."""
+    if os.name == "nt":  # there os.kill(pid, 0) would terminate the process, not probe it
+        return _windows_pid_alive(pid)
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0 checks that the process exists without touching it
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def _windows_pid_alive(pid: int) -> bool:
+    """The kernel's own answer through ctypes: no third-party package needed."""
+    import ctypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    kernel32.OpenProcess.restype = ctypes.c_void_p
+    kernel32.GetExitCodeProcess.argtypes = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulong))
+    kernel32.CloseHandle.argtypes = (ctypes.c_void_p,)
+    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return ctypes.get_last_error() == 5  # ERROR_ACCESS_DENIED: it exists, not ours to query
+    try:
+        code = ctypes.c_ulong()
+        ok = kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        return bool(ok) and code.value == 259  # STILL_ACTIVE: it has not exited
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 def store_home(home: str | os.PathLike | None = None) -> Path:
@@ -332,12 +280,12 @@ class Store:
     def _data_path(self, run_id: str) -> Path:
         return self._path(run_id).with_suffix(".bin")
 
-    def _appender(self, run_id: str) -> _Appender:
+    def _appender(self, run_id: str) -> io.RawIOBase:
         """This thread's handle on the run's .bin file: unbuffered, so that each write is in the
         operating system's hands (visible to every process) before its index row commits."""
         files = self._state().appenders
         if run_id not in files:
-            files[run_id] = _Appender(self._data_path(run_id))
+            files[run_id] = open(self._data_path(run_id), "ab", buffering=0)  # noqa: SIM115
         return files[run_id]
 
     def _run(self, run_id: str, create: bool = False) -> sqlite3.Connection:
@@ -597,7 +545,7 @@ class Store:
             if n:
                 out, index = self._appender(run_id), []
                 for name, views in blobs.items():
-                    offset, nbytes = out.append(views), sum(len(data) for data in views)
+                    offset, nbytes = _append(out, views), sum(len(data) for data in views)
                     shape = json.dumps([n, *heads[name].shape[1:]])
                     index.append((step, name, n, heads[name].dtype.str, shape, offset, nbytes))
                 conn.executemany(
@@ -646,14 +594,15 @@ class Store:
             skip = max(since - start, 0)
             spans[name].append((skip, n - skip, offset + skip * (nbytes // n)))
         out = {}
-        with open(self._data_path(run_id), "rb") if rows else contextlib.nullcontext() as f:
+        path = self._data_path(run_id)
+        with open(path, "rb", buffering=0) if rows else contextlib.nullcontext() as f:
             for name, dtype, shape in heads:
                 trailing = json.loads(shape)[1:]
                 array = np.empty((sum(k for _, k, _ in spans[name]), *trailing), np.dtype(dtype))
                 flat, at = memoryview(array.reshape(-1)).cast("B"), 0
                 for _, count, offset in spans[name]:
                     size = count * array.itemsize * math.prod(trailing)
-                    if not _read_all(f.fileno(), flat[at : at + size], offset):
+                    if not _read_all(f, flat[at : at + size], offset):
                         raise OSError(f"run {run_id}: {name} at byte {offset} is cut short")
                     at += size
                 out[name] = array

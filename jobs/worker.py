@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 
 from .spec import SpecError, parse_spec
-from .store import Store
+from .store import Store, _pid_alive
 
 HEARTBEAT_S = 1.0
 STALE_S = 10.0
@@ -29,16 +29,25 @@ CANCEL_GRACE_S = 1.0
 POLL_S = 0.05  # a warm worker's look at the queue: a small indexed SELECT
 
 
+def cores() -> int:
+    """The cores this process may use: its affinity where the platform reports one, else all."""
+    if hasattr(os, "process_cpu_count"):  # 3.13+: affinity-aware on every platform
+        return os.process_cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):  # Linux
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def default_slots() -> tuple[int, int]:
     """(runs at once, torch threads per run): one per GPU; on CPU, cores shared without
     oversubscription (two threads per run, since one chain-batched run already uses them)."""
     import torch
 
-    cores = len(os.sched_getaffinity(0))
+    n = cores()
     if torch.cuda.is_available():
-        return torch.cuda.device_count(), max(1, cores // torch.cuda.device_count())
-    slots = max(1, cores // 2)
-    return slots, max(1, cores // slots)
+        return torch.cuda.device_count(), max(1, n // torch.cuda.device_count())
+    slots = max(1, n // 2)
+    return slots, max(1, n // slots)
 
 
 def run_one(store: Store, record, threads: int | None = None) -> None:
@@ -114,10 +123,15 @@ def work(home: str, threads: int | None = None, warm: bool = False) -> None:
         record = store.claim(os.getpid())
         if record is not None:
             run_one(store, record, threads)
-        elif warm and os.getppid() == parent:  # an orphan stops: its supervisor is gone
+        elif warm and not _orphaned(parent):  # an orphan stops: its supervisor is gone
             time.sleep(POLL_S)
         else:
             return
+
+
+def _orphaned(parent: int) -> bool:
+    """POSIX hands an orphan to another parent; Windows keeps the dead parent's pid, so ask it."""
+    return os.getppid() != parent if os.name == "posix" else not _pid_alive(parent)
 
 
 def supervise(home: str | None = None, slots: int | None = None, once: bool = False) -> None:
@@ -134,7 +148,10 @@ def supervise(home: str | None = None, slots: int | None = None, once: bool = Fa
         raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupted)
+        # SIGBREAK: Windows' Ctrl-Break, which stop_supervisor sends there instead of SIGINT
+        for name in ("SIGTERM", "SIGBREAK"):
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), interrupted)
     cancel_seen: dict[str, float] = {}
     try:
         while True:

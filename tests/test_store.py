@@ -1,12 +1,12 @@
 """jobs.store: run metadata, claims across processes, chunked arrays, exports."""
 
-import mmap
 import multiprocessing as mp
 import os
-import sqlite3
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -208,100 +208,81 @@ def test_a_chunk_given_in_parts_reads_back_as_their_concatenation(tmp_path):
     assert store.records(run_id) == 11
 
 
-@pytest.mark.parametrize("direct", [True, False])
-def test_large_and_small_chunks_read_back_and_only_large_ones_are_padded(
-    tmp_path, monkeypatch, direct
-):
-    """Odd sizes, parts and a chunk over several staging buffers, through O_DIRECT (where the
-    file system takes it) and through the page cache (no O_DIRECT, as on macOS), read back as
-    written. A name of DIRECT_BYTES or more starts at a multiple of BLOCK when it goes direct;
-    smaller ones follow the file's end unpadded, so the file holds the data plus less than a
-    block per large name."""
-    import jobs.store as S
+ODD_SIZES = [(1, 3, 7, 150, 13)[i % 5] for i in range(40)]  # records per chunk
 
-    monkeypatch.setattr(S, "STAGE_BYTES", 3 * S.BLOCK)  # 12 KiB: the large chunk crosses it
-    monkeypatch.setattr(S, "DIRECT_BYTES", 2000)
-    if not direct:
-        monkeypatch.delattr(os, "O_DIRECT")
+
+def _odd_values(step: np.ndarray) -> dict[str, np.ndarray]:
+    """Records whose names have odd byte sizes a record, every value derived from its step."""
+    return {
+        "step": step,
+        "code": (step[:, None] * 7 + np.arange(3)).astype(np.int8),  # 3 bytes a record
+        "diverged": (step[:, None] + np.arange(5)) % 3 == 0,  # 5 bytes a record
+        "position": np.sin(step[:, None, None] + np.arange(6).reshape(2, 3)).astype(np.float32),
+    }
+
+
+def _odd_chunk(start: int, n: int) -> dict[str, list[np.ndarray]]:
+    """``n`` records from ``start``, each name in four parts, the second one empty."""
+    cuts = [0, n // 3, n // 3, n // 2, n]
+    values = _odd_values(np.arange(start, start + n, dtype=np.int64))
+    return {k: [v[a:b] for a, b in pairwise(cuts)] for k, v in values.items()}
+
+
+def test_odd_sizes_in_many_parts_read_back_exactly_while_a_thread_writes_them(tmp_path):
+    """Every read while chunks are appended is a whole-chunk prefix equal to what was written;
+    the .bin file holds exactly the parts' bytes, one after another, and a retried chunk is
+    refused without writing a byte."""
     store = Store(tmp_path)
     run_id = store.create({})
-    rng = np.random.default_rng(3)
-    sizes = [1, 7, 150, 2]  # 150 records: positions 7,200 B, the other names 450-1,800 B
-    full = _fill(store, run_id, sizes)
-    big = _chunk(rng, 160, 1000)  # 3,000-48,000 B a name; positions: 3.9 staging buffers
-    store.append(run_id, 160, {**big, "position": [big["position"][:1], big["position"][1:]]})
+    ends, written = np.cumsum(ODD_SIZES), []
+
+    def write() -> None:
+        for start, n in zip([0, *ends[:-1]], ODD_SIZES, strict=True):
+            written.append(_odd_chunk(int(start), n))
+            store.append(run_id, int(start), written[-1])  # this thread's own connection and file
+            time.sleep(0.001)
+
+    seen = set()
+    with ThreadPoolExecutor(1) as pool:
+        writing = pool.submit(write)
+        while not writing.done():
+            got = store.read(run_id)
+            n = len(got.get("step", ()))
+            assert n == 0 or n in ends
+            for name, want in (_odd_values(np.arange(n)) if n else {}).items():
+                assert got[name].dtype == want.dtype
+                np.testing.assert_array_equal(got[name], want)
+            seen.add(n)
+        writing.result()  # the writer's error, if any
+    total = int(ends[-1])
+    assert seen - {0, total}  # the reader saw partial runs
+    got = store.read(run_id)
+    for name, want in _odd_values(np.arange(total)).items():
+        np.testing.assert_array_equal(got[name], want)
+    path = tmp_path / "runs" / f"{run_id}.bin"
+    parts = [p.tobytes() for chunk in written for name in chunk for p in chunk[name]]
+    assert path.read_bytes() == b"".join(parts)
+    with pytest.raises(ValueError, match=f"expected {total}"):
+        store.append(run_id, 0, _odd_chunk(0, 1))
+    assert path.stat().st_size == len(b"".join(parts)) and store.records(run_id) == total
+
+
+def test_bytes_left_without_an_index_row_are_skipped_and_a_cut_file_is_an_error(tmp_path):
+    store = Store(tmp_path)
+    run_id = store.create({})
+    full = _fill(store, run_id, [3])
+    path = tmp_path / "runs" / f"{run_id}.bin"
+    with open(path, "ab") as f:
+        f.write(b"\xff" * 13)  # a writer that died between its write and its commit
+    rest = _chunk(np.random.default_rng(9), 3, 4)
+    store.append(run_id, 3, rest)
     got = store.read(run_id)
     for name in full:
-        np.testing.assert_array_equal(got[name][:160], full[name])
-    got = store.read(run_id, since=160)
-    for name in big:
-        np.testing.assert_array_equal(got[name], big[name])
-    index = sqlite3.connect(tmp_path / "runs" / f"{run_id}.sqlite")
-    rows = index.execute("SELECT offset, nbytes FROM chunks ORDER BY offset").fetchall()
-    large = [(o, n) for o, n in rows if n >= 2000]
-    assert len(rows) == 5 * len(sizes) + 5 and len(large) == 1 + 5
-    ends = [o + n for o, n in rows]
-    gaps = [b[0] - a for (b, a) in zip(rows[1:], ends, strict=False)]
-    size = (tmp_path / "runs" / f"{run_id}.bin").stat().st_size
-    if direct:
-        assert all(o % S.BLOCK == 0 for o, _ in large)
-        assert all(0 <= g < S.BLOCK for g in gaps) and size - ends[-1] < S.BLOCK
-        assert size < sum(n for _, n in rows) + 2 * len(large) * S.BLOCK
-    else:
-        assert gaps == [0] * len(gaps) and size == ends[-1]
-    # a gap is a large name's padding or its alignment: small names follow the file's end
-    assert all(max(rows[i][1], rows[i + 1][1]) >= 2000 for i, g in enumerate(gaps) if g)
-
-
-def _placed(array: np.ndarray, shift: int = 0) -> np.ndarray:
-    """A copy of ``array`` in memory ``shift`` bytes past a page boundary (0: page-aligned, as
-    torch allocates large tensors with THP_MEM_ALLOC_ENABLE)."""
-    buffer = mmap.mmap(-1, array.nbytes + shift)
-    out = np.frombuffer(buffer, array.dtype, array.size, shift).reshape(array.shape)
-    out[...] = array
-    return out
-
-
-@pytest.mark.parametrize("direct", [True, False])
-def test_aligned_parts_go_to_disk_uncopied_and_the_rest_through_the_staging_buffer(
-    tmp_path, monkeypatch, direct
-):
-    """Parts in BLOCK-aligned memory are written from where they lie: only what is not (an
-    unaligned name, a part short of a block, any part after it) is copied through the staging
-    buffer, and everything reads back as written. Without O_DIRECT (macOS) nothing is staged."""
-    import jobs.store as S
-
-    if not direct:
-        monkeypatch.delattr(os, "O_DIRECT")
-    monkeypatch.setattr(S, "STAGE_BYTES", 3 * S.BLOCK)
-    monkeypatch.setattr(S, "DIRECT_BYTES", 2000)
-    copied, copyto = [], np.copyto
-
-    def spy(dst, src):
-        copied.append(src.nbytes)
-        copyto(dst, src)
-
-    monkeypatch.setattr(S.np, "copyto", spy)
-    store = Store(tmp_path)
-    run_id = store.create({})
-    rng = np.random.default_rng(5)
-    # [records, 8 chains, 2] float32: 256 records are 4 blocks, 25 records are 1,600 B
-    first = rng.standard_normal((256, 8, 2)).astype(np.float32)
-    steps = np.arange(256 + 537, dtype=np.int64)
-    store.append(run_id, 0, {"step": _placed(steps[:256], 8), "position": _placed(first)})
-    assert (store._appender(run_id).direct is not None) == direct
-    assert copied == ([256 * 8] if direct else [])  # the unaligned steps only
-    second = rng.standard_normal((537, 8, 2)).astype(np.float32)
-    parts = [_placed(second[:256]), _placed(second[256:281]), _placed(second[281:])]
-    copied.clear()
-    store.append(run_id, 256, {"step": _placed(steps[256:], 8), "position": parts})
-    if direct:  # the steps, the short part and the one after it (the buffer holds part of a block)
-        assert copied[0] == 537 * 8 and sum(copied[1:]) == (25 + 256) * 64
-    else:
-        assert copied == []
-    got = store.read(run_id)
-    np.testing.assert_array_equal(got["step"], steps)
-    np.testing.assert_array_equal(got["position"], np.concatenate([first, second]))
+        np.testing.assert_array_equal(got[name], np.concatenate([full[name], rest[name]]))
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 1)
+    with pytest.raises(OSError, match="cut short"):
+        store.read(run_id)
 
 
 def test_a_store_keeps_at_most_open_run_files_per_thread(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import streamlit as st
 from jobs.pool import ensure_supervisor, supervisor_pid
 from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import Store
+from jobs.worker import cores
 
 from .live import Live, poll, progress_bar, run_label, run_status, stop_polling, sweep_progress
 from .widgets import (
@@ -76,7 +77,7 @@ def device_name() -> str:
 
     if torch.cuda.is_available():
         return f"GPU: {torch.cuda.get_device_name(0)}"
-    return f"CPU ({len(os.sched_getaffinity(0))} cores)"
+    return f"CPU ({cores()} cores)"
 
 
 def submit(spec: dict) -> str | None:
