@@ -3,10 +3,9 @@ the PCA of a large trajectory.
 
 (a) The digits MLP (64-32-10, ReLU, cross-entropy on the full training split, d = 2410): a 41 x 41
     surface on two filter-normalised random directions. Basin evaluates the grid points as
-    chains (``landscapes.surface.grid_losses``): on a CPU with the compiled kernel
-    (``landscapes/plane_kernel.cpp``), and, as a side of its own, with torch's operations only,
-    the path of a GPU or a machine without a C++ compiler; in float32, and again in float64
-    (the surfaces' default). The peers are per-point loops: the
+    chains (``landscapes.surface.grid_losses``; ``MLP.plane_loss`` computes the first layer once
+    per direction, not once per point), in float32, and again in float64 (the surfaces'
+    default). The peers are per-point loops, a forward pass at every point: the
     same target one point at a time, and what the loss-landscape code of Li et al. (2018) does,
     an ``nn.Sequential`` whose weights are overwritten for every point
     (``vector_to_parameters``) before a full-data forward pass. All give the same grid.
@@ -21,7 +20,6 @@ the PCA of a large trajectory.
 
 from __future__ import annotations
 
-import copy
 import json
 import statistics
 import subprocess
@@ -91,9 +89,6 @@ def surface_case(repeats: int, name: str = "mlp", dtype: str = "float32") -> dic
         "loop_target": lambda: loop_target(target, theta, vectors, c),
     }
     if name == "mlp":
-        twin = copy.copy(target)  # the same tensors, whose plane_loss is torch's operations
-        twin.plane_loss = twin.plane_loss_torch
-        sides["batched_torch"] = lambda: S.grid_losses(twin, theta, vectors, c, c)
         sides["loop_module"] = lambda: loop_module(target, theta, vectors, c)
     times: dict[str, list[float]] = {side: [] for side in sides}
     grids = {}
@@ -105,7 +100,6 @@ def surface_case(repeats: int, name: str = "mlp", dtype: str = "float32") -> dic
     ref = grids["batched"]
     return {
         "target": name,
-        "kernel": name == "mlp" and dtype == "float32" and kernel_build_seconds(),
         "dim": target.dim,
         "n": target.n,
         "chunk": S.points_per_chunk(target),
@@ -117,21 +111,6 @@ def surface_case(repeats: int, name: str = "mlp", dtype: str = "float32") -> dic
             if k != "batched"
         },
     }
-
-
-def kernel_build_seconds() -> float | None:
-    """Seconds to compile ``plane_kernel.cpp`` afresh (done once a machine, then cached), or
-    None where it cannot be built (the batched side then ran torch's operations)."""
-    import tempfile
-
-    from landscapes import native, networks
-
-    if networks.plane_kernel() is None:
-        return None
-    with tempfile.TemporaryDirectory() as cache:
-        start = time.perf_counter()
-        native.build(networks.PLANE_KERNEL, networks.PLANE_FLAGS, [], directory=Path(cache))
-        return time.perf_counter() - start
 
 
 def pca_child(method: str) -> None:

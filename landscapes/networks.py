@@ -18,19 +18,16 @@ the mean cross-entropy. The default nbeta is n / log n, the LLC convention (beta
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from . import data as datasets
-from . import native
 from .base import DATA_CHUNK, Batch, ParamError, Target
 from .truths import dln_llc, normal_crossing_rlct, rrr_llc, tanh_llc
 
@@ -359,30 +356,6 @@ ACTIVATIONS_INPLACE = {
 }
 
 
-PLANE_KERNEL = Path(__file__).with_name("plane_kernel.cpp")
-PLANE_LANES = 16  # data padded to whole SIMD blocks (16 float32 or 8 float64 samples)
-# (dtype, activation) the kernel serves: its erf is float32-accurate, so GELU in float64 is not
-PLANE_KERNEL_CASES = {
-    *((torch.float32, act) for act in ("relu", "tanh", "sigmoid", "gelu")),
-    *((torch.float64, act) for act in ("relu", "tanh", "sigmoid")),
-}
-PLANE_SPAN_FLOATS = 2**22  # later-layer parameters of the points in one kernel call (16 MB)
-ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2, "gelu": 3}  # plane_kernel.cpp's enum
-PLANE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++17"]  # OpenMP: torch's libgomp
-
-
-def plane_kernel() -> ctypes.CDLL | None:
-    """The compiled plane loss (built once for this CPU, ~1 s, then cached; ``native``), or
-    None where it cannot be built: MLP.plane_loss then runs torch's operations."""
-    lib = native.load(PLANE_KERNEL, PLANE_FLAGS, [])
-    if lib is not None and lib.basin_plane_loss_float32.argtypes is None:
-        p, i = ctypes.c_void_p, ctypes.c_int
-        for entry in (lib.basin_plane_loss_float32, lib.basin_plane_loss_float64):
-            entry.argtypes = [p, i, i, i, p, p, i, p, i, p, i, i, i, p, p, p, i]
-            entry.restype = None
-    return lib
-
-
 def equal_runs(values: list[float], most: int) -> list[tuple[int, int]]:
     """[start, end) spans of consecutive equal ``values`` (a grid's rows), each cut into the
     fewest equal parts of at most ``most`` (a row of 41 in parts of 33 is 21 + 20, not 33 + 8)."""
@@ -423,101 +396,29 @@ class MLP(Network):
     def plane_loss(
         self, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor, chunk: int
     ) -> Tensor:
-        """The first layer is linear in its own parameters (x W^T + b), so on the plane its
-        pre-activation is pre(theta) + a pre(v0) + b pre(v1): three passes over the data serve
+        """The first layer is linear in its own parameters (W x + c), so on the plane its
+        pre-activations are pre(theta) + a pre(v0) + b pre(v1): three passes over the data serve
         every grid point, where a forward pass per point repeats the first layer's
-        multiply-adds (87% of the digits MLP's). The rest runs as one compiled kernel on a
-        CPU (``plane_loss_native``; PLANE_KERNEL_CASES), else as torch's operations
-        (``plane_loss_torch``, ``chunk`` points at a time)."""
-        if self.device.type == "cpu" and (self.dtype, self.activation) in PLANE_KERNEL_CASES:
-            kernel = plane_kernel()
-            if kernel is not None:
-                return self.plane_loss_native(kernel, theta, vectors, a, b)
-        return self.plane_loss_torch(theta, vectors, a, b, chunk)
-
-    @property
-    def first_layer_size(self) -> int:
-        """Parameters of the first layer (weight and bias), first in the flat vector."""
-        return (self.sizes[0] + 1) * self.sizes[1]
-
-    def plane_first_layer(self, theta: Tensor, vectors: Tensor, x: Tensor) -> Tensor:
-        """[3, width, B]: the first layer's pre-activations of inputs ``x`` [B, in] with the
-        parameters theta, v0 and v1; at theta + a v0 + b v1 they are [0] + a [1] + b [2]."""
-        params = self.unflatten(torch.stack([theta, vectors[0], vectors[1]]))
-        weight, bias = params["layers.0.weight"], params["layers.0.bias"]
-        return torch.baddbmm(bias[:, :, None], weight, x.T.expand(3, -1, -1))
-
-    def plane_later_layers(self, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor) -> Tensor:
-        """[P, d - first layer's]: every later layer's parameters at each point, flat."""
-        head = self.first_layer_size
-        return theta[head:] + torch.stack([a, b], 1) @ vectors[:, head:]
-
-    def plane_loss_native(
-        self, kernel: ctypes.CDLL, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor
-    ) -> Tensor:
-        """``plane_kernel.cpp``: each thread takes a tile of points and walks the data a SIMD
-        block of samples at a time, so no activation leaves the cache (the digits MLP's 41 x 41
-        surface on 2 cores: ~12 ms in float32 and ~26 ms in float64, against ~30 and ~60 ms as
-        torch's operations; bench/RESULTS.md, 2026-11-25 15:42). Memory: the first layer's
-        pre-activations and the later layers' parameters of PLANE_SPAN_FLOATS worth of points
-        at a time."""
-        widths = self.sizes[1:]
-        c_widths = (ctypes.c_int * len(widths))(*widths)
-        span = max(1, PLANE_SPAN_FLOATS // max(1, self.dim - self.first_layer_size))
-        total = torch.zeros(a.shape[0], dtype=torch.float64)
-        threads = torch.get_num_threads()
-        entry = getattr(kernel, f"basin_plane_loss_{str(self.dtype).removeprefix('torch.')}")
-        label_type = torch.int32 if self.dtype == torch.float32 else torch.int64  # lane width
-        classification = self.task == "classification"
-        for d in range(0, self.n, DATA_CHUNK):
-            x, y = self.x[d : d + DATA_CHUNK], self.y[d : d + DATA_CHUNK]
-            n = x.shape[0]
-            padded = -(-n // PLANE_LANES) * PLANE_LANES
-            pre = x.new_zeros(3, widths[0], padded)  # padding lanes are computed, never summed
-            pre[:, :, :n] = self.plane_first_layer(theta, vectors, x)
-            if classification:
-                labels = torch.zeros(padded, dtype=label_type)
-                labels[:n] = y.reshape(-1)
-                targets = x.new_zeros(1)
-            else:
-                labels = torch.zeros(1, dtype=label_type)
-                targets = x.new_zeros(widths[-1], padded)
-                targets[:, :n] = y.T
-            for s in range(0, a.shape[0], span):
-                at, bt = a[s : s + span].contiguous(), b[s : s + span].contiguous()
-                later = self.plane_later_layers(theta, vectors, at, bt)
-                entry(
-                    pre.data_ptr(), widths[0], n, padded, at.data_ptr(), bt.data_ptr(),
-                    at.shape[0], later.data_ptr(), later.shape[1], c_widths, len(widths) - 1,
-                    ACTIVATION_CODES[self.activation], 0 if classification else 1,
-                    labels.data_ptr(), targets.data_ptr(), total[s:].data_ptr(), threads,
-                )  # fmt: skip
-        return (total / self.n).to(self.dtype)
-
-    def plane_loss_torch(
-        self, theta: Tensor, vectors: Tensor, a: Tensor, b: Tensor, chunk: int
-    ) -> Tensor:
-        """Points that share ``a`` (a grid's row) share pre(theta) + a pre(v0), so a row is one
-        broadcast multiply-add and each later layer one batched matmul along the data,
-        activations laid out [points, width, data]. They live in buffers reused by every row:
+        multiply-adds (87% of the digits MLP's). Points that share ``a`` (a grid's row) also
+        share pre(theta) + a pre(v0), so a row, in parts of at most ``chunk`` points, is one
+        broadcast multiply-add, then one batched matmul per later layer along the data,
+        activations laid out [points, width, data]. They live in buffers reused by every part:
         fresh multi-MB tensors cost page faults that took longer than the arithmetic."""
         act = ACTIVATIONS_INPLACE[self.activation]
+        first = self.unflatten(torch.stack([theta, vectors[0], vectors[1]]))
+        weight0, bias0 = first["layers.0.weight"], first["layers.0.bias"]  # [3, ...] each
+        head = (self.sizes[0] + 1) * self.sizes[1]  # the first layer leads the flat vector
         shapes = list(self.layout.values())[2:]
-        later = self.plane_later_layers(theta, vectors, a, b)
-        tail = [  # the later layers' parameters at every point, [P, ...] each
-            part.reshape(-1, *shape)
-            for part, shape in zip(
-                later.split([math.prod(shape) for shape in shapes], 1), shapes, strict=True
-            )
-        ]
+        sizes = [math.prod(shape) for shape in shapes]
+        ab = torch.stack([a, b], 1)
         coords = a.tolist()  # one host read; each row's a is a scalar
         rows = equal_runs(coords, chunk)
+        most = max((end - start for start, end in rows), default=0)
         total = theta.new_zeros(a.shape[0])
         for d in range(0, self.n, DATA_CHUNK):
             x, y = self.x[d : d + DATA_CHUNK], self.y[d : d + DATA_CHUNK]
-            pre = self.plane_first_layer(theta, vectors, x)
+            pre = torch.baddbmm(bias0[:, :, None], weight0, x.T.expand(3, -1, -1))  # [3, H, B]
             row = torch.empty_like(pre[0])
-            most = max((end - start for start, end in rows), default=0)
             buffers = [pre.new_empty(most, width, x.shape[0]) for width in self.sizes[1:]]
             if self.task == "classification":
                 logp = torch.empty_like(buffers[-1])
@@ -525,11 +426,16 @@ class MLP(Network):
                 onehot = F.one_hot(y.reshape(-1), self.sizes[-1]).T.reshape(-1).to(pre.dtype)
             for start, end in rows:
                 m = end - start
+                # the later layers' parameters at these points, [m, ...] each
+                later = torch.addmm(theta[head:], ab[start:end], vectors[:, head:])
+                tail = [
+                    part.reshape(m, *shape)
+                    for part, shape in zip(later.split(sizes, 1), shapes, strict=True)
+                ]
                 torch.add(pre[0], pre[1], alpha=coords[start], out=row)
                 h = torch.addcmul(row, b[start:end, None, None], pre[2], out=buffers[0][:m])
                 for l, out in zip(range(0, len(tail), 2), buffers[1:], strict=True):
-                    weight, bias = tail[l][start:end], tail[l + 1][start:end, :, None]
-                    h = torch.baddbmm(bias, weight, act(h), out=out[:m])
+                    h = torch.baddbmm(tail[l + 1][:, :, None], tail[l], act(h), out=out[:m])
                 if self.task == "classification":
                     torch.log_softmax(h, 1, out=logp[:m])
                     total[start:end] -= torch.mv(logp[:m].view(m, -1), onehot)

@@ -9,11 +9,10 @@ its own full-data loss, so points sit off the surface where the plane is not the
 
 Grid points are evaluated as chains (``Target.plane_loss``): a chunk of points is one ``[C, d]``
 batch for the target's chain-batched loss, so a 41 x 41 grid costs a few batched forward passes,
-on any device; an MLP computes its first layer once per direction, not once per point (and on a
-CPU the rest in one compiled kernel, ``landscapes/plane_kernel.cpp``), and a deep linear
-network's loss comes from the data's second moments (``Target.full_loss``). Nothing
-here forms a d x d matrix: the PCA is an SVD of the (points x d) trajectory, and Hessian
-eigenvectors come from Lanczos (ARPACK) on Hessian-vector products.
+on any device; an MLP computes its first layer once per direction, not once per point
+(``MLP.plane_loss``), and a deep linear network's loss comes from the data's second moments
+(``Target.full_loss``). Nothing here forms a d x d matrix: the PCA is an SVD of the (points x d)
+trajectory, and Hessian eigenvectors come from Lanczos (ARPACK) on Hessian-vector products.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ DENSE_HESSIAN_MAX = 64  # d up to which the Hessian is formed from d HVPs and so
 # the cache is no slower, and a larger one can be slower: a 41 x 41 surface of `tanh` (generic
 # path, float32, 2 cores) took 131-148 ms in chunks of 418 points and 164-172 ms in chunks of
 # 836 (three processes, medians of 7, alternating); the digits MLP's rows
-# (MLP.plane_loss_torch) took 23-25 ms as 21 + 20 points, 22-24 ms whole and 25-27 ms in parts
+# (MLP.plane_loss) took 23-25 ms as 21 + 20 points, 22-24 ms whole and 25-27 ms in parts
 # of 14. A GPU wants large batches, bounded by memory (~256 MB in float64).
 CHUNK_ELEMENTS = {"cpu": 2**21, "cuda": 2**25}
 
@@ -366,7 +365,7 @@ def sweep(
 ) -> np.ndarray:
     """[m] the 1-D sweep L(theta + c v) at ``coords`` (TATi Fig. 8). The sweep runs along the
     plane's second axis, so its points share the first coordinate, as a grid row's do
-    (``MLP.plane_loss_torch`` shares work along a row: a 201-point digits sweep 8 ms, not 14)."""
+    (``MLP.plane_loss`` shares work along a row: a 201-point digits sweep 8 ms, not 14)."""
     vectors = np.stack([np.zeros_like(direction), direction])
     return plane_losses(target, theta, vectors, np.zeros_like(coords), coords, chunk)
 
