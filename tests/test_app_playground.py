@@ -253,7 +253,7 @@ def test_compare_runs_each_sampler_on_one_budget(home):
 
 
 def test_views_read_an_even_subsample_of_the_draws_after_burn_in():
-    from ui.truths import even_sample
+    from jobs.report import even_sample
 
     rng = np.random.default_rng(0)
     position = rng.normal(size=(1000, 8, 2))
@@ -270,7 +270,7 @@ def test_views_read_an_even_subsample_of_the_draws_after_burn_in():
 
 
 def test_the_ks_bound_counts_no_more_effective_draws_than_the_sample_tested_has():
-    from ui.truths import ks_bound
+    from jobs.report import ks_bound
 
     c = math.sqrt(-math.log(0.001 / 2) / 2)  # the Kolmogorov quantile at alpha = 0.001
     # a run with an ESS of 10^6 whose KS distance is taken on an even subsample of 10^5 draws
@@ -281,7 +281,7 @@ def test_the_ks_bound_counts_no_more_effective_draws_than_the_sample_tested_has(
 
 
 def test_runs_keep_at_most_twenty_million_draws_unless_told():
-    from ui.truths import auto_thin
+    from jobs.report import auto_thin
 
     assert auto_thin(32, 2000) == 1 and auto_thin(2000, 10_000) == 1  # 2e7 draws: all kept
     assert auto_thin(2001, 10_000) == 2 and auto_thin(4096, 100_000) == 21  # ceil(20.48)

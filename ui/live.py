@@ -64,11 +64,64 @@ def stop_polling(key: str, ident: str, done: bool) -> None:
         st.rerun()
 
 
+def watch(
+    prefix: str,
+    label: str,
+    choices: dict[str, str],
+    empty: str,
+    view,
+    done,
+    every: float,
+    controls=None,
+    aside=None,
+) -> tuple[str | None, tuple]:
+    """What every live page repeats: pick one of ``choices`` (id -> label, newest first) in
+    the selectbox ``{prefix}.shown``, then draw ``view(*args)`` polled every ``every`` s
+    (``poll`` under ``{prefix}.polling``) until ``done(id)``. ``aside(id, column)`` fills a
+    narrow column beside the selectbox; ``controls(id)`` draws the view's own widgets below it
+    and returns its args (default: the id). A choice that is gone (deleted) is forgotten, and
+    ``empty`` is shown when there is none. Returns (the id or None, the args)."""
+    key = f"{prefix}.shown"
+    if st.session_state.get(key) not in choices:
+        st.session_state.pop(key, None)
+    if not choices:
+        st.info(empty)
+        return None, ()
+    box, side = st.columns([3, 1]) if aside else (st, None)
+    shown = box.selectbox(label, list(choices), format_func=choices.get, key=key)
+    if aside:
+        aside(shown, side)
+    args = controls(shown) if controls else (shown,)
+    poll(view, f"{prefix}.polling", shown, done(shown), every, *args)
+    return shown, args
+
+
 def run_label(record: RunRecord) -> str:
     """A run in a selectbox or multiselect: id, target and sampler. No status: the browser
     matches a selection on its label, so a run that finished or was cancelled while chosen
     was dropped from the choice (the Runs page closed it under the user's eyes)."""
     return f"{record.id} · {record.spec['target']['name']} / {record.spec['sampler']['name']}"
+
+
+def run_choices(records) -> dict[str, str]:
+    """Runs for ``watch``: id -> id, target, sampler, chains x steps. No status, as in
+    ``run_label``: a selectbox keeps its first label, so it would stay "queued"."""
+    return {
+        r.id: f"{r.id} · {r.spec['target']['name']} · {r.spec['sampler']['name']} · "
+        f"{r.spec['chains']} chains × {r.spec['steps']} steps"
+        for r in records
+    }
+
+
+def delete_button(label: str, key: str, delete):
+    """An ``aside`` for ``watch``: a button that deletes the item shown (``delete(id)``)."""
+
+    def aside(ident: str, side) -> None:
+        if side.button(label, key=key):
+            delete(ident)
+            st.rerun()
+
+    return aside
 
 
 def progress_bar(record: RunRecord) -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import streamlit as st
 
+from jobs.spec import LLCOptions
 from landscapes import Param, ParamError, Spec
 
 LIST_HELP = "comma-separated, e.g. 1, 2"
@@ -120,3 +121,43 @@ def plain(text: str) -> str:
     """``text`` with the characters escaped that turn typed text into Markdown emphasis, code
     or (Streamlit's) LaTeX; brackets and the like form links only with a URL beside them."""
     return re.sub(r"([\\`*_~$])", r"\\\1", text)
+
+
+def llc_option(name: str, key: str, default=None):
+    """One LLCOptions field as a widget (``default``: instead of the field's): choices from its
+    Literal, numbers as text (checked by the RunSpec on Run, which names the field)."""
+    info = LLCOptions.model_fields[name]
+    label = name.removeprefix("train_").replace("_", " ")
+    if get_origin(info.annotation) is Literal:
+        choices = list(get_args(info.annotation))
+        index = choices.index(default or info.default)
+        return st.selectbox(label, choices, index=index, key=key, help=info.description)
+    shown = "" if info.default is None else f"{info.default:g}"
+    help_ = (info.description or "") + (" Empty: auto." if info.default is None else "")
+    return st.text_input(label, shown, key=key, help=help_ or None).strip() or None
+
+
+def llc_inputs(key: str, target_name: str, truth: bool | None, w0: str | None) -> tuple[dict, bool]:
+    """An LLC run's options (``LLCOptions``) as widgets under ``key``: where the chains start
+    (default ``w0``) and the baseline, and the training to w0 in an expander where it trains.
+    Returns (the options, whether w0 = truth was asked of a target without one: said inline)."""
+    st.markdown("**Where the chains start (w0)**")
+    c1, c2 = st.columns(2)
+    with c1:
+        w0 = llc_option("w0", f"{key}.w0", w0)
+    with c2:
+        baseline = llc_option("baseline", f"{key}.baseline")
+    options = {"w0": w0, "baseline": baseline}
+    if w0 in ("auto", "train"):
+        with st.expander("Training to w0", expanded=False):
+            t1, t2 = st.columns(2)
+            train_fields = [f for f in LLCOptions.model_fields if f.startswith("train_")]
+            for i, field in enumerate(train_fields):
+                with (t1, t2)[i % 2]:
+                    options[field] = llc_option(field, f"{key}.{field}")
+    truth_error = w0 == "truth" and truth is False
+    if truth_error:
+        st.error(
+            f"**llc.w0**: {target_name} has no known truth; use 'train' or 'init'", icon=WARNING
+        )
+    return options, truth_error

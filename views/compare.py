@@ -9,7 +9,6 @@ by side, and one diagnostics table with a row per sampler.
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import streamlit as st
@@ -19,54 +18,20 @@ import charts
 import landscapes
 import samplers
 import ui
+from jobs import report
+from jobs.report import EXACT_DRAWS, POTENTIALS, labels_of
 from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import FINAL
 from landscapes import ParamError
-from samplers import diagnostics
 from samplers.explain import explain
-from ui.truths import (
-    DEFAULTS,
-    EXACT_DRAWS,
-    POTENTIALS,
-    even_sample,
-    exact_draws,
-    labels_of,
-    run_length,
-    tail_ess,
-    target_of,
-    targets_exact,
-)
+from ui.live import watch
+from ui.truths import DEFAULTS, exact_draws, run_length, tail_ess, target_of
 
 SAMPLERS = list(samplers.REGISTRY)
 CURVE_POINTS = 401
 BINS = 60
 MAX_TRACE = 2000
-GROUP_SECONDS = 5.0  # runs of one Run click are created within this of each other
 NAMES = ["step", "position", "accepted", "diverged"]
-
-
-def budget_key(spec: dict) -> str:
-    """What must agree for two runs to be compared: the target and the budget."""
-    keep = ("target", "chains", "steps", "burn_in", "thin", "seed", "dtype")
-    return json.dumps({k: spec.get(k) for k in keep}, sort_keys=True)
-
-
-def comparisons(runs: list) -> list[list]:
-    """Runs created together (one Run click) on one target and budget, newest group first."""
-    groups: list[list] = []
-    for run in sorted(runs, key=lambda r: r.created):
-        if run.spec["target"]["name"] not in POTENTIALS or run.spec.get("observables"):
-            continue
-        last = groups[-1][-1] if groups else None
-        if (
-            last is not None
-            and budget_key(last.spec) == budget_key(run.spec)
-            and run.created - last.created < GROUP_SECONDS
-        ):
-            groups[-1].append(run)
-        else:
-            groups.append([run])
-    return [g for g in reversed(groups) if len({r.spec["sampler"]["name"] for r in g}) >= 2]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,13 +146,13 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     done = all(r.status in FINAL for r in records.values())
     ui.stop_polling("cmp.polling", ",".join(ids), done)
     first = next(iter(records.values())).spec
-    params_json = json.dumps(first["target"]["params"], sort_keys=True)
+    params_json = report.params_json(first)
     target = target_of(first["target"]["name"], params_json)
     if isinstance(target, ParamError):
         st.error(str(target), icon=ui.WARNING)
         return
     label = labels_of(target)[coord]
-    burn = math.ceil(first["burn_in"] / first["thin"])
+    burn = report.burn_records(first)
     exact_all = exact_draws(target.name, params_json)
 
     for record in records.values():
@@ -197,10 +162,10 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     for run_id, record in records.items():
         name = record.spec["sampler"]["name"]
         data[name] = ui.Live(store, run_id, names=NAMES).update()
-        exact_ok[name] = targets_exact(record.spec["sampler"]["params"])
+        exact_ok[name] = report.targets_exact(record.spec["sampler"]["params"])
         position = data[name].get("position")
         if position is not None and len(position):  # an even subsample: reruns stay flat
-            draws[name] = even_sample(position, data[name]["diverged"], burn)[0]
+            draws[name] = report.even_sample(position, data[name]["diverged"], burn)[0]
     if not draws:
         st.caption("Waiting for the first samples…")
         return
@@ -251,30 +216,9 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     rows = []
     for run_id, record in records.items():
         name = record.spec["sampler"]["name"]
-        summary = record.summary or {}
-        final = record.status in FINAL
-        coords = (summary.get("coordinates") or {}) if final else {}
-        tail = tail_ess(run_id, burn) if coords else None
-        sample = draws.get(name)
-        ks = None
-        if exact is not None and sample is not None and sample.size:
-            ks = float(diagnostics.ks_distance(sample[..., coord].ravel(), exact[:, coord])[0])
-        diverged = data[name].get("diverged")
+        tail = tail_ess(run_id, burn) if report.final_coordinates(record) else None
         rows.append(
-            {
-                "sampler": name,
-                "status": record.status,
-                "step size": record.spec["sampler"]["params"].get("step_size"),
-                "acceptance": summary.get("acceptance"),
-                f"ESS bulk ({label})": coords["ess_bulk"][coord] if coords else None,
-                f"ESS tail ({label})": tail[coord] if tail else None,
-                f"R-hat ({label})": coords["rhat"][coord] if coords else None,
-                f"KS to exact ({label})": ks,
-                "diverged chains": summary.get(
-                    "diverged_chains", int(diverged[-1].sum()) if diverged is not None else 0
-                ),
-                "seconds": summary.get("seconds"),
-            }
+            report.compare_row(record, data[name], draws.get(name), exact, coord, label, tail)
         )
     st.dataframe(rows, hide_index=True, key=f"cmp.table.{ids[0]}")
     if done:
@@ -284,25 +228,10 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
                 ui.run_status(record)
 
 
-groups = comparisons(store.list())
-options = [",".join(r.id for r in g) for g in groups]
-if st.session_state.get("cmp.shown") not in options:
-    st.session_state.pop("cmp.shown", None)
-if not groups:
-    st.info("No comparisons yet: pick a target and two or more samplers above, then Run all.")
-else:
-    labels = {
-        ",".join(r.id for r in g): f"{g[0].id} · {g[0].spec['target']['name']} · "
-        + " vs ".join(r.spec["sampler"]["name"] for r in g)
-        + f" · {g[0].spec['chains']} chains × {g[0].spec['steps']} steps"
-        for g in groups
-    }
-    shown = st.selectbox("Comparison shown", options, format_func=labels.get, key="cmp.shown")
-    group = groups[options.index(shown)]
-    ids, first = [r.id for r in group], group[0].spec
-    target = target_of(
-        first["target"]["name"], json.dumps(first["target"]["params"], sort_keys=True)
-    )
+def view_controls(shown: str) -> tuple:
+    """The comparison's coordinate and chains per trace: ``live_group``'s arguments."""
+    first = groups[options.index(shown)][0].spec
+    target = target_of(first["target"]["name"], report.params_json(first))
     coord_labels = labels_of(target) if not isinstance(target, ParamError) else ["w0"]
     d1, d2 = st.columns(2)
     coord = d1.selectbox(
@@ -313,13 +242,31 @@ else:
         key=f"cmp.coord.{first['target']['name']}.{len(coord_labels)}",
     )
     show = d2.slider("chains drawn per trace", 1, 16, 4, key="cmp.show")
-    running = any(r.status not in FINAL for r in group)
-    ui.poll(live_group, "cmp.polling", shown, not running, 1.0, ids, coord, show)
+    return shown.split(","), coord, show
+
+
+groups = report.comparisons(store.list())
+options = [",".join(r.id for r in g) for g in groups]
+shown, _ = watch(
+    "cmp",
+    "Comparison shown",
+    {
+        o: f"{g[0].id} · {g[0].spec['target']['name']} · "
+        + " vs ".join(r.spec["sampler"]["name"] for r in g)
+        + f" · {g[0].spec['chains']} chains × {g[0].spec['steps']} steps"
+        for o, g in zip(options, groups, strict=True)
+    },
+    "No comparisons yet: pick a target and two or more samplers above, then Run all.",
+    live_group,
+    lambda o: all(r.status in FINAL for r in groups[options.index(o)]),
+    1.0,
+    controls=view_controls,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Explanation: of the samplers shown (else of those picked above).
 
-explained = [r.spec["sampler"]["name"] for r in group] if groups else chosen
+explained = [r.spec["sampler"]["name"] for r in groups[options.index(shown)]] if shown else chosen
 if explained:
     st.subheader("The samplers")
     for name in explained:

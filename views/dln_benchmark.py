@@ -19,6 +19,7 @@ import samplers
 import ui
 from jobs import sweep as sweeps
 from jobs.spec import SpecError
+from ui.live import delete_button, watch
 
 DEFAULTS = {k: p.default for k, p in inspect.signature(sweeps.dln_specs).parameters.items()}
 SAMPLERS = [name for name, spec in samplers.REGISTRY.items() if spec.kind == "sgmcmc"]
@@ -173,12 +174,8 @@ def live_sweep(sweep_id: str) -> None:
 st.subheader("Sweeps")
 dln_sweeps = [s for s in store.list_sweeps() if s["kind"] == "dln"]
 ids = [s["id"] for s in dln_sweeps]
-if st.session_state.get("dln.shown") not in ids:
-    st.session_state.pop("dln.shown", None)
-if not dln_sweeps:
-    st.info("No DLN sweeps yet: choose the settings above and launch one.")
-else:
-    progress = {s["id"]: sweeps.progress(store, s) for s in dln_sweeps}
+progress = {s["id"]: sweeps.progress(store, s) for s in dln_sweeps}
+if dln_sweeps:
     st.dataframe(
         {
             "sweep": ids,
@@ -197,13 +194,16 @@ else:
         hide_index=True,
         key="dln.sweeps",
     )
-    c1, c2 = st.columns([3, 1])
-    shown = c1.selectbox("Watch", ids, key="dln.shown")
-    if c2.button("Delete this sweep and its runs", key="dln.delete"):
-        store.delete_sweep(shown)
-        st.rerun()
-    done = progress[shown]["done"] == progress[shown]["runs"]
-    ui.poll(live_sweep, "dln.polling", shown, done, 2.0, shown)
+watch(
+    "dln",
+    "Watch",
+    {i: i for i in ids},
+    "No DLN sweeps yet: choose the settings above and launch one.",
+    live_sweep,
+    lambda i: progress[i]["done"] == progress[i]["runs"],
+    2.0,
+    aside=delete_button("Delete this sweep and its runs", "dln.delete", store.delete_sweep),
+)
 
 with st.expander("How to read these plots"):
     st.markdown(

@@ -1,0 +1,596 @@
+"""What the pages compute, headless: the density a 2-D run is drawn on, the exact tails and
+moments a run is compared against, the Playground's diagnostics table (which
+``python -m jobs show ID --diagnostics`` prints), the Compare page's row per sampler, the
+step-by-step replay, and the Networks page's LLC tables.
+
+Plain functions of a run's record, its records and its target; nothing here imports Streamlit
+or caches (the app caches what it calls, in ``ui.truths``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, MutableMapping
+
+import numpy as np
+import torch
+
+import landscapes
+from landscapes import ParamError
+from samplers import diagnostics
+from samplers import llc as llc_math
+
+from . import sweep as sweeps
+from .spec import SpecError
+from .store import FINAL, RunRecord, Store
+
+POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "potential"]
+NAMES = ["step", "position", "loss", "accepted", "diverged"]  # the records a run's views read
+GRID = 161  # grid points per axis of the density contours
+EXACT_DRAWS = 20_000
+EXACT_SEED = 20_250_131
+# Draws behind histograms, tails and KS: an even subsample beyond this (the statistics' Monte
+# Carlo error at 10^5 draws is below what the figures show; a 4096-chain run has 10^7).
+MAX_STAT = 100_000
+# Draws a potential page's run keeps by default (thin chosen to fit): ~0.35 GB in the store for
+# a 2-D target, and what a live view can fetch as it streams. Every step of 4096 chains would
+# be 200 MB/s to write and to read back, which no page needs to draw a histogram or a trace.
+AUTO_DRAWS = 20_000_000
+GROUP_SECONDS = 5.0  # runs of one Run click (Compare) are created within this of each other
+KS_COLUMN = "KS bound (α = 0.001)"
+
+
+# -- targets and their truths ------------------------------------------------------------------
+
+
+def params_json(spec: dict) -> str:
+    """A run's target parameters as the key the app caches targets under."""
+    return json.dumps(spec["target"]["params"], sort_keys=True)
+
+
+def target_of(name: str, params: str) -> landscapes.Target | ParamError:
+    """The target on the CPU in float64, for closed-form evaluations only (or its error)."""
+    try:
+        return landscapes.make(name, device="cpu", dtype="float64", **json.loads(params))
+    except ParamError as exc:
+        return exc
+
+
+def exact_draws(target: landscapes.Target) -> np.ndarray | None:
+    """EXACT_DRAWS draws of the target's exact sampler (fixed seed), or None without one."""
+    if target.exact_sample is None:
+        return None
+    return target.exact_sample(torch.Generator().manual_seed(EXACT_SEED), EXACT_DRAWS).numpy()
+
+
+def labels_of(target: landscapes.Target) -> list[str]:
+    """One name per coordinate: x, y for a typed formula, else from the target's layout."""
+    if target.name == "custom":
+        return ["x", "y"][: target.dim] if target.dim <= 2 else [f"w{i}" for i in range(target.dim)]
+    out = []
+    for key, shape in target.layout.items():
+        size = math.prod(shape)
+        out += [key] if size == 1 else [f"{key}{i}" for i in range(size)]
+    return out
+
+
+def targets_exact(sampler_params: dict) -> bool:
+    """Truths hold for exp(-L): nbeta 1 (a potential's own), no localization, temperature 1."""
+    return (
+        sampler_params.get("nbeta") in (None, 1.0)
+        and not sampler_params.get("localization")
+        and sampler_params.get("temperature", 1.0) == 1.0
+    )
+
+
+def is_playground_run(spec: dict) -> bool:
+    """A run the Playground draws: a 2-D potential without observables."""
+    target = spec["target"]
+    return (
+        target["name"] in POTENTIALS
+        and not spec.get("observables")
+        and target["params"].get("dim", 2) == 2
+        and len(target["params"].get("k", (0, 0))) == 2
+    )
+
+
+def density_grid(target: landscapes.Target, nbeta: float, temperature: float) -> dict:
+    """-U = -(nbeta L + prior) / T on a GRID x GRID grid over the target's bounds."""
+    (x0, x1), (y0, y1) = target.bounds
+    xs, ys = np.linspace(x0, x1, GRID), np.linspace(y0, y1, GRID)
+    yy, xx = np.meshgrid(ys, xs, indexing="ij")
+    w = torch.from_numpy(np.stack([xx.ravel(), yy.ravel()], -1))
+    with torch.no_grad():
+        # A custom formula may be constant in w: broadcast to one value per grid point.
+        energy = torch.broadcast_to(nbeta * target.loss(w) + target.prior_energy(w), (len(w),))
+    return {"xs": xs, "ys": ys, "log_density": (-energy / temperature).reshape(GRID, GRID).numpy()}
+
+
+def exact_tail(target: landscapes.Target, exact: np.ndarray | None, i: int, t: float):
+    """P(w_i < t) by quadrature of the closed-form marginal, else from exact draws."""
+    if i in target.marginals:
+        import scipy.integrate  # lazily: it costs ~1 s to import
+
+        def pdf(x: float) -> float:
+            return math.exp(float(target.marginals[i](torch.tensor([x], dtype=torch.float64))))
+
+        return scipy.integrate.quad(pdf, -np.inf, t)[0]
+    return None if exact is None else float(np.mean(exact[:, i] < t))
+
+
+def exact_moments(target: landscapes.Target, exact: np.ndarray | None, i: int) -> tuple:
+    """Mean and sd of coordinate i: the target's closed forms, else from exact draws."""
+    if target.mean is not None and target.cov is not None:
+        return float(target.mean[i]), math.sqrt(float(target.cov[i, i]))
+    if exact is not None:
+        return float(exact[:, i].mean()), float(exact[:, i].std(ddof=1))
+    return None, None
+
+
+def default_tails(target: landscapes.Target) -> list[float]:
+    """The Playground's tail thresholds t: a third of the way across each plotted axis."""
+    if target.dim != 2 or target.bounds is None:
+        return []
+    return [round(lo + (hi - lo) / 3, 2) for lo, hi in target.bounds]
+
+
+# -- a run's draws and its diagnostics -------------------------------------------------------
+
+
+def burn_records(spec: dict) -> int:
+    """Records that fall in the burn-in (the store keeps every thin-th step)."""
+    return math.ceil(spec["burn_in"] / spec["thin"])
+
+
+def even_sample(
+    position: np.ndarray, diverged: np.ndarray, burn: int, limit: int = MAX_STAT
+) -> tuple[np.ndarray, int, int]:
+    """(sample [records, chains, d], every, total): one record in ``every`` after the burn-in,
+    of the chains that never diverged, at most ``limit`` draws, out of ``total`` such draws.
+
+    Only the kept records are copied, so a view of a long run costs the same at its millionth
+    draw as at its first."""
+    good = ~diverged[-1]
+    total = max(0, len(position) - burn) * int(good.sum())
+    every = max(1, -(-total // limit))
+    return position[burn::every][:, good], every, total
+
+
+def ks_bound(ess: float | None, drawn: int, exact: int) -> float | None:
+    """The KS distance bound (alpha = 0.001) for ``drawn`` of a run's draws, an even subsample,
+    against ``exact`` exact draws; None without a usable ESS. The run's ESS counts all of its
+    draws, and a subsample of them holds at most as many effective draws as it has draws: a
+    long, well-mixed run's ESS passed as is made the bound too tight for the sample tested."""
+    if ess is None or not np.isfinite(ess) or ess <= 0 or drawn < 1:
+        return None
+    return diagnostics.ks_bound(min(ess, drawn), exact)
+
+
+def auto_thin(chains: int, steps: int) -> int:
+    """The smallest thin that keeps at most AUTO_DRAWS draws."""
+    return max(1, -(-chains * steps // AUTO_DRAWS))
+
+
+def final_coordinates(record: RunRecord) -> dict:
+    """ESS bulk and R-hat per coordinate from a finished run's summary, else {}."""
+    return ((record.summary or {}).get("coordinates") or {}) if record.status in FINAL else {}
+
+
+def tail_ess(store: Store, run_id: str, burn: int) -> list[float] | None:
+    """ESS of the 5% and 95% quantiles per coordinate of a finished run (not in its summary)."""
+    data = store.read(run_id, names=["position", "diverged"])
+    if "position" not in data or data["position"].shape[0] - burn < 4:
+        return None
+    draws = np.moveaxis(data["position"][burn:, ~data["diverged"][-1]], 0, 1)
+    if not draws.shape[0]:
+        return None
+    k = diagnostics.diagnosed_chains(*draws.shape[:2])  # the chains the summary's ESS used
+    return np.atleast_1d(diagnostics.ess_tail(draws[:k].astype(float))).tolist()
+
+
+def metrics(record: RunRecord, data: dict, every: int, total: int) -> dict:
+    """The numbers above the Playground's table: acceptance (the summary's, else live, on the
+    records the table uses), diverged chains, draws after burn-in, seconds."""
+    summary = record.summary or {}
+    good = ~data["diverged"][-1]
+    acceptance, accepted = summary.get("acceptance"), data.get("accepted")
+    if acceptance is None and accepted is not None and total:  # live, until the summary
+        acceptance = float(accepted[burn_records(record.spec) :: every][:, good].mean())
+    return {
+        "acceptance": acceptance,
+        "mh": accepted is not None,
+        "diverged chains": int((~good).sum()),
+        "draws after burn-in": total,
+        "seconds": summary.get("seconds"),
+    }
+
+
+def diagnostics_rows(
+    record: RunRecord,
+    target: landscapes.Target,
+    exact: np.ndarray | None,
+    sample: np.ndarray,
+    tails: list,
+    tail: list[float] | None = None,
+) -> list[dict]:
+    """The Playground's diagnostics table, a row per coordinate: moments, the tail P(w_i < t),
+    KS against the exact draws with its bound, ESS and R-hat. ``sample`` [draws, d] is the even
+    subsample, ``exact`` the exact draws (None where the run samples another density), ``tail``
+    the tail ESS (``tail_ess``); ESS bulk and R-hat are the summary's, once the run ended."""
+    truths = targets_exact(record.spec["sampler"]["params"])
+    coords = final_coordinates(record)
+    rows = []
+    for i, label in enumerate(labels_of(target)):
+        x, t = sample[..., i].ravel(), tails[i] if i < len(tails) else None
+        ks = ks_limit = None
+        if exact is not None and x.size:
+            ks = float(diagnostics.ks_distance(x, exact[:, i])[0])
+            ks_limit = ks_bound(coords["ess_bulk"][i] if coords else None, x.size, len(exact))
+        exact_p = exact_tail(target, exact, i, t) if truths and t is not None else None
+        mean, sd = exact_moments(target, exact, i) if truths else (None, None)
+        rows.append(
+            {
+                "coordinate": label,
+                "mean": float(x.mean()) if x.size else None,
+                "exact mean": mean,
+                "sd": float(x.std(ddof=1)) if x.size > 1 else None,
+                "exact sd": sd,
+                "t": t,
+                "P(< t)": float(np.mean(x < t)) if x.size and t is not None else None,
+                "exact P(< t)": exact_p,
+                "KS distance": ks,
+                KS_COLUMN: ks_limit,
+                "ESS bulk": coords["ess_bulk"][i] if coords else None,
+                "ESS tail": tail[i] if coords and tail else None,
+                "R-hat": coords["rhat"][i] if coords else None,
+            }
+        )
+    return rows
+
+
+def diagnostics_table(store: Store, run_id: str, tails: list | None = None) -> dict:
+    """What the Playground shows of run ``run_id`` under its figures: {"metrics", "rows"}, from
+    the store (``tails``: the thresholds t, default ``default_tails``). A SpecError naming the
+    run where it has no positions of its target's coordinates to diagnose."""
+    record = store.get(run_id)
+    spec = record.spec
+    target = target_of(spec["target"]["name"], params_json(spec))
+    if isinstance(target, ParamError):
+        raise SpecError("id", f"run {run_id}: {target}")
+    data = store.read(run_id, names=NAMES)
+    position = data.get("position")
+    if position is None or not len(position) or position.shape[-1] != target.dim:
+        what = "no records yet" if position is None or not len(position) else "projected positions"
+        raise SpecError("id", f"run {run_id} has {what} to diagnose (status {record.status})")
+    burn = burn_records(spec)
+    draws, every, total = even_sample(position, data["diverged"], burn)
+    exact = exact_draws(target) if targets_exact(spec["sampler"]["params"]) else None
+    tail = tail_ess(store, run_id, burn) if final_coordinates(record) else None
+    sample = draws.reshape(-1, target.dim)
+    rows = diagnostics_rows(
+        record, target, exact, sample, default_tails(target) if tails is None else tails, tail
+    )
+    return {"metrics": metrics(record, data, every, total), "rows": rows}
+
+
+def diagnostics_text(table: dict) -> str:
+    """``diagnostics_table`` as ``python -m jobs show ID --diagnostics`` prints it: the
+    Playground's numbers above its table, then the table."""
+    facts = table["metrics"]
+    acceptance = _cell(facts["acceptance"]) if facts["mh"] else "no MH step"
+    head = (
+        f"acceptance {acceptance}  diverged chains {facts['diverged chains']}  "
+        f"draws after burn-in {facts['draws after burn-in']:,}  seconds {_cell(facts['seconds'])}"
+    )
+    return f"{head}\n{table_text(table['rows'])}"
+
+
+def table_text(rows: list[dict]) -> str:
+    """Rows as an aligned plain-text table (4 significant digits, '-' for none)."""
+    if not rows:
+        return ""
+    shown = [[_cell(v) for v in row.values()] for row in rows]
+    heads = list(rows[0])
+    widths = [max(len(h), *(len(r[j]) for r in shown)) for j, h in enumerate(heads)]
+    lines = [heads, *shown]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in lines)
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def compare_row(record: RunRecord, data: dict, sample, exact, coord: int, label: str, tail) -> dict:
+    """The Compare page's row of one sampler on coordinate ``coord``: its summary's acceptance,
+    ESS and R-hat, the tail ESS ``tail``, KS of ``sample`` against the exact draws."""
+    summary, coords = record.summary or {}, final_coordinates(record)
+    ks = None
+    if exact is not None and sample is not None and sample.size:
+        ks = float(diagnostics.ks_distance(sample[..., coord].ravel(), exact[:, coord])[0])
+    diverged = data.get("diverged")
+    return {
+        "sampler": record.spec["sampler"]["name"],
+        "status": record.status,
+        "step size": record.spec["sampler"]["params"].get("step_size"),
+        "acceptance": summary.get("acceptance"),
+        f"ESS bulk ({label})": coords["ess_bulk"][coord] if coords else None,
+        f"ESS tail ({label})": tail[coord] if coords and tail else None,
+        f"R-hat ({label})": coords["rhat"][coord] if coords else None,
+        f"KS to exact ({label})": ks,
+        "diverged chains": summary.get(
+            "diverged_chains", int(diverged[-1].sum()) if diverged is not None else 0
+        ),
+        "seconds": summary.get("seconds"),
+    }
+
+
+def budget_key(spec: dict) -> str:
+    """What must agree for two runs to be compared: the target and the budget."""
+    keep = ("target", "chains", "steps", "burn_in", "thin", "seed", "dtype")
+    return json.dumps({k: spec.get(k) for k in keep}, sort_keys=True)
+
+
+def comparisons(runs: list) -> list[list]:
+    """Runs created together (one Run click) on one target and budget, newest group first."""
+    groups: list[list] = []
+    for run in sorted(runs, key=lambda r: r.created):
+        if run.spec["target"]["name"] not in POTENTIALS or run.spec.get("observables"):
+            continue
+        last = groups[-1][-1] if groups else None
+        if (
+            last is not None
+            and budget_key(last.spec) == budget_key(run.spec)
+            and run.created - last.created < GROUP_SECONDS
+        ):
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    return [g for g in reversed(groups) if len({r.spec["sampler"]["name"] for r in g}) >= 2]
+
+
+# -- the step-by-step replay -------------------------------------------------------------------
+
+
+class Replay:
+    """The replay's state machine over ``state`` (the page's session state): the record shown
+    (``record_key``, the slider's key), the run playing (``play_key``) and the last user action
+    (``acted_key``). A rerun no action caused is a timer tick: it moves one record on and stops
+    at the end. One the user caused (Back, Step, Pause, the slider) is not: counting it as a
+    tick too made Back while playing do nothing and Pause go one record further."""
+
+    def __init__(self, state: MutableMapping, run_id: str, last: int, prefix: str = "pg"):
+        self.state, self.run_id, self.last = state, run_id, last
+        self.record_key = f"{prefix}.replay.{run_id}"
+        self.play_key, self.acted_key = f"{prefix}.playing", f"{prefix}.replay_acted"
+
+    @property
+    def record(self) -> int:
+        return self.state.get(self.record_key, 0)
+
+    @property
+    def playing(self) -> bool:
+        return self.state.get(self.play_key) == self.run_id
+
+    def begin(self) -> bool:
+        """Once per rerun, before drawing: True when the page must rerun in full (the timer
+        starts or stops, and it is set outside the replay)."""
+        user = self.state.pop(self.acted_key, None)
+        if self.playing and not user:
+            self.state[self.record_key] = min(self.record + 1, self.last)
+            if self.record >= self.last:
+                self.state[self.play_key] = None
+                return True
+        return user == "play"
+
+    def move(self, delta: int) -> None:
+        """Back (-1) or Step (+1), within the recorded steps."""
+        self.state[self.record_key] = int(np.clip(self.record + delta, 0, self.last))
+        self.state[self.acted_key] = "move"
+
+    def toggle(self) -> None:
+        """Play, or Pause where it is."""
+        self.state[self.play_key] = None if self.playing else self.run_id
+        self.state[self.acted_key] = "play"
+
+    def slid(self) -> None:
+        """The slider moved (its value is the record already)."""
+        self.state[self.acted_key] = "move"
+
+
+def replay_step(data: dict, k: int, chains: int, trail: int, labels: list, mh: bool) -> dict:
+    """Record ``k`` of the first ``chains`` chains: their last ``trail`` positions, each
+    chain's verdict (MH kernels, else None), the step it is after (from 1) and a row per chain
+    of where it was, where it is, how far it moved and its loss."""
+    position = data["position"]
+    accepted = data["accepted"][k, :chains] > 0.5 if mh else None
+    before = position[k - 1, :chains] if k else np.full((chains, 2), np.nan)
+    after = position[k, :chains]
+    rows = {
+        "chain": list(range(chains)),
+        f"{labels[0]} before": before[:, 0],
+        f"{labels[1]} before": before[:, 1],
+        f"{labels[0]} after": after[:, 0],
+        f"{labels[1]} after": after[:, 1],
+        "move length": np.linalg.norm(after - before, axis=-1),
+        "L after": data["loss"][k, :chains],
+    }
+    if accepted is not None:
+        rows["accepted"] = accepted
+    return {
+        "positions": position[max(0, k - trail) : k + 1, :chains],
+        "accepted": accepted,
+        "step": int(data["step"][k]) + 1,
+        "rows": rows,
+    }
+
+
+def around(positions: np.ndarray, bounds) -> tuple:
+    """Axes that frame ``positions`` [..., 2] with a margin (at least 5% of the bounds)."""
+    out = []
+    for i, (lo, hi) in enumerate(bounds):
+        x = positions[..., i][np.isfinite(positions[..., i])]
+        if not x.size:
+            out.append((lo, hi))
+            continue
+        pad = max(0.3 * (x.max() - x.min()), 0.05 * (hi - lo))
+        out.append((x.min() - pad, x.max() + pad))
+    return tuple(out)
+
+
+# -- networks and the LLC ----------------------------------------------------------------------
+
+
+# The registry's step size (1e-3) suits potentials; with nbeta = n / log n a network needs a
+# far smaller one. Localization 1 is the RunSpec's LLC default, passed explicitly here since
+# the widget always sends a value.
+SAMPLER_DEFAULTS = {"step_size": 1e-5, "localization": 1.0}
+# Where a network's true LLC is known, the step size at which SGLD's estimate lands near it in
+# the Networks page's default run (4 chains x 2,000 steps, seeds 0 and 1: dln 11.9/12.6 of 12
+# from its truth, rrr 8.05/7.84 of 8, polynomial 0.24/0.21 of 0.25, tanh 0.95/0.86 of 1). At
+# 1e-5 every DLN chain diverges (reference 000: stable up to 1e-6) and the polynomial's and
+# tanh's barely move (0.04 of 0.25, 0.36 of 1). SGHMC and SGNHT land near the truth at the same
+# steps, except SGHMC on the polynomial, where 1 and 2 of the 4 chains diverged (seeds 0, 1; the
+# page says so).
+STEP_SIZES = {"dln": 1e-7, "rrr": 1e-4, "polynomial": 1e-3, "tanh": 1e-3}
+
+
+def default_step_size(target_name: str, sampler: landscapes.Spec) -> float:
+    """The network's step size; times ``a`` for RMSProp- and Adam-SGLD, whose step
+    eps / (sqrt(v) + a) grows to eps / a where the loss gradient is small, as near w0: their
+    largest step is then SGLD's. At SGLD's own step the same default run gave 13.5/13.8 of 12
+    (dln), 17.4/16.7 of 8 (rrr), ~5,000 of 0.25 (polynomial) and 3.9 of 1 (tanh) for RMSProp,
+    16.7/17.6, 20.8/21.4, 0.40/0.45 and 3.4/3.1 for Adam; at a x it, RMSProp 12.7/13.3,
+    7.8/7.6, 0.21/0.27, 0.75/0.71 and Adam 12.9/12.0, 8.1/8.6, 0.14/0.55, 0.76/0.74: no
+    estimate above d/2, no diverged chain, one loss-spike flag (RMSProp, polynomial, seed 0)."""
+    step_size = STEP_SIZES.get(target_name, SAMPLER_DEFAULTS["step_size"])
+    a = next((p.default for p in sampler.params if p.name == "a"), None)
+    return step_size * a if a else step_size
+
+
+# The DLN starts at its generating point, as the DLN benchmark's runs do: Adam's w0 on 100,000
+# points stops above the minimum the chains then find: lambda-hat came out at -6 to -11.
+W0_DEFAULTS = {"dln": "truth"}
+
+
+def network_facts(name: str, params: dict) -> dict:
+    """d, n, the default nbeta, whether a true w0 and the true LLC are known (numbers only: the
+    target and its data are not kept), or {"error": ...} for parameters its builder refuses."""
+    try:
+        target = landscapes.make(name, device="cpu", **params)
+    except ParamError as exc:
+        return {"error": str(exc), "field": exc.field}
+    true = target.true_llc
+    return {
+        "dim": target.dim,
+        "n": target.n,
+        "nbeta": float(target.nbeta),
+        "truth": target.w0 is not None,
+        "true_llc": None if not true else float(true[0]),
+        "multiplicity": None if not true else int(true[1]),
+    }
+
+
+def llc_runs(store: Store) -> list[RunRecord]:
+    """LLC runs that belong to no sweep, newest first."""
+    swept = {c["run_id"] for s in store.list_sweeps() for c in s["cells"]}
+    return [r for r in store.list() if "llc" in r.spec.get("observables", ()) and r.id not in swept]
+
+
+def llc_warnings_so_far(record: RunRecord, flushes: dict, dim: int) -> list[dict]:
+    """The health checks the summary will make, on the latest flush of a running LLC run
+    (none before its burn-in ends, nor once it has ended)."""
+    step = flushes.get("step")
+    if record.status in FINAL or step is None or not len(step):
+        return []
+    if step[-1] < record.spec["burn_in"]:
+        return []
+    last = flushes["acceptance"][-1]
+    acceptance = float(np.nanmean(last)) if np.isfinite(last).any() else None
+    return llc_math.health(llc_math.summarise(flushes["llc"][-1], 0), dim, acceptance=acceptance)
+
+
+def llc_details(est: dict) -> dict:
+    """A finished LLC run's estimate as the Networks page's quantity -> value table."""
+    training = est.get("training") or {}
+    details = {
+        "λ̂ mean": est["mean"],
+        "SE": est["se"],
+        "SD": est["std"],
+        "chains (diverged)": f"{est['chains']} ({est['nan_chains']})",
+        "draws per chain": est["draws"],
+        "nβ": est["nbeta"],
+        "localization γ": est["localization"],
+        "w0": est["w0"],
+        "baseline L_n(w0)": est["baseline_loss"],
+        "baseline": est["baseline"],
+        "MALA acceptance of an SGLD step": est["acceptance"],
+        "gradient noise / injected noise": est["noise_ratio"],
+        "WBIC": est["wbic"],
+        "training steps": training.get("steps"),
+    }
+    if training.get("cancelled"):
+        details["training steps"] = f"{training['steps']} (cancelled)"
+    shown = [
+        "–" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+        for v in details.values()
+    ]
+    return {"quantity": list(details), "value": shown}
+
+
+def pending_cells(
+    store: Store, sweep: dict, result: dict, nbeta_default: float, read: Callable
+) -> list[dict]:
+    """A calibration's cells not among its finished ``result`` (``calibration_results``):
+    running (their live curve, the mean over finite chains of ``read(run_id)``, the run's
+    flushes so far) or queued/failed."""
+    finished = {c["run_id"] for c in result["cells"]}
+    out = []
+    for cell in sweep["cells"]:
+        if cell["run_id"] in finished:
+            continue
+        try:
+            status = store.get(cell["run_id"]).status
+        except KeyError:
+            continue
+        curve = {}
+        data = read(cell["run_id"])
+        if len(data.get("step", ())):
+            mean = {k: _finite_mean(data[k]).tolist() for k in ("llc", "distance", "acceptance")}
+            step = data["step"].tolist()
+            curve = {"step": step, "flush_step": step, **mean}
+        nbeta = cell["nbeta"] if cell["nbeta"] is not None else nbeta_default
+        out.append({**cell, "status": status, "nbeta_value": nbeta, "curve": curve})
+    return out
+
+
+def _finite_mean(values) -> np.ndarray:
+    """Per row of [T, chains] (or [T]), the mean over the finite chains; NaN where none is."""
+    x = np.asarray(values, dtype=float)
+    x = x[:, None] if x.ndim == 1 else x
+    good = np.isfinite(x)
+    count = good.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(good, x, 0).sum(1) / count
+    mean[count == 0] = np.nan
+    return mean
+
+
+def sweep_done(store: Store, sweep: dict) -> bool:
+    """Whether every run of ``sweep`` has ended (or was deleted)."""
+    progress = sweeps.progress(store, sweep)
+    return progress["done"] == progress["runs"]
+
+
+def calibration_rows(cells: list[dict]) -> dict:
+    """A calibration's finished cells as the Networks page's table (columns of values)."""
+    return {
+        "step size": [c["step_size"] for c in cells],
+        "nβ": [c["nbeta_value"] for c in cells],
+        "λ̂": [c["llc"] for c in cells],
+        "SE": [c["se"] for c in cells],
+        "acceptance": [c["acceptance"] for c in cells],
+        "flags": [", ".join(c["flags"]) or "stable" for c in cells],
+    }

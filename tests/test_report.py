@@ -1,0 +1,263 @@
+"""jobs.report, the headless numbers the pages draw, against values computed here: runs whose
+records this file writes through the Store (known numpy draws, no sampler), ESS and R-hat by
+ArviZ, KS by scipy, the funnel's closed forms; the replay's state machine; and
+``python -m jobs show ID --diagnostics``, which prints the same table."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+import landscapes
+from charts.llc import chain_stats
+from jobs import report
+from jobs.spec import parse_spec
+from jobs.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS, CHAINS, BURN_IN = 400, 4, 100
+ALPHA = math.sqrt(-math.log(0.001 / 2) / 2)  # the Kolmogorov quantile at alpha = 0.001
+
+
+def funnel_run(home, sampler_params=None, status="completed", seed=0):
+    """A 2-D funnel run of 4 chains x 400 records written directly (chain 3 diverged at record
+    300: NaN after), with the summary the run loop writes: acceptance and, per coordinate,
+    ArviZ's bulk ESS and R-hat of the good chains after the burn-in. Returns (store, id, draws
+    [records, chains, 2], accepted)."""
+    store = Store(home)
+    spec = {
+        "target": {"name": "funnel", "params": {"dim": 2}},
+        "sampler": {"name": "mala", "params": {"step_size": 0.5, **(sampler_params or {})}},
+        "chains": CHAINS,
+        "steps": RECORDS,
+        "burn_in": BURN_IN,
+    }
+    run_id = store.create(parse_spec(spec).model_dump(mode="json"))
+    rng = np.random.default_rng(seed)
+    draws = rng.normal(size=(RECORDS, CHAINS, 2)) * [9.0, 3.0]
+    draws[300:, 3] = np.nan
+    diverged = np.zeros((RECORDS, CHAINS), bool)
+    diverged[300:, 3] = True
+    accepted = (rng.random((RECORDS, CHAINS)) < 0.6).astype(np.float32)
+    store.append(
+        run_id,
+        0,
+        {
+            "step": np.arange(RECORDS),
+            "position": draws,
+            "loss": rng.normal(size=(RECORDS, CHAINS)),
+            "accepted": accepted,
+            "diverged": diverged,
+        },
+    )
+    if status == "running":
+        store.claim(os.getpid(), run_id)
+        return store, run_id, draws, accepted
+    kept = np.moveaxis(draws[BURN_IN:, :3], 0, 1)  # [chain, draw, 2], the good chains
+    summary = {
+        "acceptance": float(accepted[BURN_IN:, :3].mean()),
+        "seconds": 1.5,
+        "diverged_chains": 1,
+        "coordinates": {
+            "ess_bulk": [float(az.ess(kept[..., i], method="bulk")) for i in range(2)],
+            "rhat": [float(az.rhat(kept[..., i], method="rank")) for i in range(2)],
+        },
+    }
+    store.finish(run_id, status, summary=summary)
+    return store, run_id, draws, accepted
+
+
+def exact_funnel() -> np.ndarray:
+    target = landscapes.make("funnel", device="cpu", dtype="float64", dim=2)
+    g = torch.Generator().manual_seed(report.EXACT_SEED)
+    return target.exact_sample(g, report.EXACT_DRAWS).numpy()
+
+
+def test_the_diagnostics_table_holds_the_numbers_computed_here(tmp_path):
+    store, run_id, draws, accepted = funnel_run(tmp_path)
+    table = report.diagnostics_table(store, run_id)
+    rows = table["rows"]
+    assert [r["coordinate"] for r in rows] == ["x", "v"]
+    kept = draws[BURN_IN:, :3]  # chain 3 diverged: left out throughout
+    chains = np.moveaxis(kept, 0, 1)
+    exact = exact_funnel()
+    summary = store.get(run_id).summary["coordinates"]
+    for i, (row, t) in enumerate(zip(rows, [-20 + 40 / 3, -9 + 18 / 3], strict=True)):
+        x = kept[..., i].ravel()
+        assert row["t"] == round(t, 2)
+        assert row["mean"] == pytest.approx(x.mean(), rel=1e-12)
+        assert row["sd"] == pytest.approx(x.std(ddof=1), rel=1e-12)
+        assert row["P(< t)"] == pytest.approx(np.mean(x < row["t"]), abs=1e-15)
+        ks = scipy.stats.ks_2samp(x, exact[:, i]).statistic
+        assert row["KS distance"] == pytest.approx(ks, abs=1e-12)
+        ess = summary["ess_bulk"][i]
+        bound = ALPHA * math.sqrt((min(ess, x.size) + len(exact)) / (min(ess, x.size) * len(exact)))
+        assert row[report.KS_COLUMN] == pytest.approx(bound, rel=1e-12)
+        assert row["ESS bulk"] == pytest.approx(az.ess(chains[..., i], method="bulk"))
+        assert row["R-hat"] == pytest.approx(az.rhat(chains[..., i], method="rank"))
+        assert row["ESS tail"] == pytest.approx(az.ess(chains[..., i], method="tail"), rel=1e-9)
+    # the funnel's closed forms: x has variance E[exp(v)] = e^(9/2), v ~ N(0, 9)
+    assert (rows[0]["exact mean"], rows[1]["exact mean"]) == (0.0, 0.0)
+    assert rows[0]["exact sd"] == pytest.approx(math.exp(9 / 4), rel=1e-3)
+    assert rows[1]["exact sd"] == pytest.approx(3.0, rel=1e-12)
+    assert rows[1]["exact P(< t)"] == pytest.approx(scipy.stats.norm.cdf(-3.0, scale=3), abs=1e-7)
+    assert rows[0]["exact P(< t)"] == pytest.approx(np.mean(exact[:, 0] < rows[0]["t"]))
+    facts = table["metrics"]
+    assert facts["acceptance"] == pytest.approx(accepted[BURN_IN:, :3].mean(), rel=1e-6)
+    assert facts["mh"] and facts["diverged chains"] == 1 and facts["seconds"] == 1.5
+    assert facts["draws after burn-in"] == (RECORDS - BURN_IN) * 3
+
+
+def test_a_running_run_has_live_numbers_and_no_ess_yet(tmp_path):
+    store, run_id, _, accepted = funnel_run(tmp_path, status="running")
+    table = report.diagnostics_table(store, run_id)
+    assert table["metrics"]["acceptance"] == pytest.approx(accepted[BURN_IN:, :3].mean())
+    assert table["metrics"]["seconds"] is None
+    for row in table["rows"]:
+        assert row["ESS bulk"] is row["ESS tail"] is row["R-hat"] is row[report.KS_COLUMN] is None
+        assert row["KS distance"] is not None and row["mean"] is not None
+
+
+def test_a_run_of_another_density_is_not_compared_with_the_exact_one(tmp_path):
+    store, run_id, _, _ = funnel_run(tmp_path, sampler_params={"nbeta": 2.0})
+    for row in report.diagnostics_table(store, run_id)["rows"]:
+        for column in ("exact mean", "exact sd", "exact P(< t)", "KS distance"):
+            assert row[column] is None, column
+        assert row["ESS bulk"] is not None
+
+
+def test_the_density_grid_is_the_closed_form():
+    target = landscapes.make("gaussian", device="cpu", dtype="float64", dim=2, scales=[1.0, 2.0])
+    grid = report.density_grid(target, nbeta=2.0, temperature=0.5)
+    (x0, x1), (y0, y1) = target.bounds
+    np.testing.assert_allclose(grid["xs"], np.linspace(x0, x1, report.GRID))
+    np.testing.assert_allclose(grid["ys"], np.linspace(y0, y1, report.GRID))
+    yy, xx = np.meshgrid(grid["ys"], grid["xs"], indexing="ij")
+    energy = 0.5 * (xx**2 + yy**2 / 4)  # U = w^T cov^-1 w / 2
+    np.testing.assert_allclose(grid["log_density"], -2.0 * energy / 0.5, rtol=1e-12, atol=1e-12)
+
+
+def test_exact_tails_and_moments_of_a_gaussian():
+    target = landscapes.make("gaussian", device="cpu", dtype="float64", dim=2, scales=[1.0, 2.0])
+    for i, sd in enumerate([1.0, 2.0]):
+        for t in (-1.5, 0.0, 0.7):
+            p = report.exact_tail(target, None, i, t)
+            assert p == pytest.approx(scipy.stats.norm.cdf(t, scale=sd), abs=1e-8)
+        assert report.exact_moments(target, None, i) == pytest.approx((0.0, sd))
+    funnel = landscapes.make("funnel", device="cpu", dtype="float64", dim=2)
+    assert 0 not in funnel.marginals  # x: from exact draws
+    draws = np.random.default_rng(1).normal(size=(5000, 2))
+    assert report.exact_tail(funnel, draws, 0, 0.3) == np.mean(draws[:, 0] < 0.3)
+    assert report.exact_tail(funnel, None, 0, 0.3) is None
+
+
+def test_the_replay_state_machine():
+    state: dict = {}
+    replay = report.Replay(state, "r1", last=5)
+    assert replay.record == 0 and not replay.playing and replay.begin() is False
+    replay.move(-1)  # clipped at the first record
+    assert replay.begin() is False and replay.record == 0
+    replay.move(1)
+    assert replay.begin() is False and replay.record == 1  # a click is not a tick
+    replay.toggle()  # play: the page reruns in full to start its timer...
+    assert replay.playing and replay.begin() is True and replay.record == 1
+    assert replay.begin() is False and replay.record == 2  # ...whose first tick comes at once
+    assert replay.begin() is False and replay.record == 3  # a tick
+    replay.move(-1)  # back while playing: back, and no tick with it
+    assert replay.begin() is False and replay.record == 2
+    replay.toggle()  # pause where it is
+    assert not replay.playing and replay.begin() is True and replay.record == 2
+    assert replay.begin() is False and replay.record == 2  # paused: no ticks
+    state[replay.record_key] = 4  # the slider
+    replay.slid()
+    assert replay.begin() is False and replay.record == 4
+    replay.toggle()
+    assert replay.begin() is True
+    assert replay.begin() is True and replay.record == 5 and not replay.playing  # the end stops
+    assert state["pg.playing"] is None
+    replay.move(9)
+    assert replay.record == 5
+    other = report.Replay(state, "r2", last=5)  # another run's replay is not playing
+    state["pg.playing"] = "r1"
+    assert not other.playing and other.record == 0
+
+
+def test_a_replayed_step_says_which_chains_moved_and_which_stayed():
+    rng = np.random.default_rng(2)
+    position = rng.normal(size=(6, 3, 2))
+    accepted = np.array([[1, 0, 1]] * 6, np.float32)
+    data = {"step": np.arange(6) * 10, "position": position, "accepted": accepted}
+    data["loss"] = rng.normal(size=(6, 3))
+    now = report.replay_step(data, 4, 2, trail=2, labels=["x", "y"], mh=True)
+    np.testing.assert_array_equal(now["positions"], position[2:5, :2])
+    np.testing.assert_array_equal(now["accepted"], [True, False])
+    assert now["step"] == 41
+    np.testing.assert_allclose(
+        now["rows"]["move length"], np.linalg.norm(position[4, :2] - position[3, :2], axis=-1)
+    )
+    np.testing.assert_array_equal(now["rows"]["x after"], position[4, :2, 0])
+    np.testing.assert_array_equal(now["rows"]["L after"], data["loss"][4, :2])
+    first = report.replay_step(data, 0, 3, trail=5, labels=["x", "y"], mh=False)
+    assert first["accepted"] is None and "accepted" not in first["rows"]
+    assert np.isnan(first["rows"]["move length"]).all() and first["positions"].shape == (1, 3, 2)
+    assert report.around(position[:, :1], ((-10, 10), (-10, 10)))[0][0] < position[:, 0, 0].min()
+
+
+def test_the_live_calibration_curve_is_the_charts_mean_over_finite_chains():
+    x = np.random.default_rng(3).normal(size=(7, 4))
+    x[1, 2], x[2, :], x[3, 0] = np.nan, np.nan, np.inf
+    np.testing.assert_array_equal(report._finite_mean(x), chain_stats(x)[0])
+
+
+# -- the CLI: python -m jobs show ID --diagnostics -----------------------------------------------
+
+
+def main(home, monkeypatch, *argv: str) -> int:
+    from jobs.__main__ import main as jobs_main
+
+    monkeypatch.setenv("BASIN_HOME", str(home))
+    return jobs_main(list(argv))
+
+
+def test_show_diagnostics_prints_the_playgrounds_table(tmp_path, monkeypatch, capsys):
+    store, run_id, _, _ = funnel_run(tmp_path)
+    table = report.diagnostics_table(store, run_id)
+    assert main(tmp_path, monkeypatch, "show", run_id, "--json") == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "diagnostics" not in plain  # the scripted output is as it was without the flag
+    assert main(tmp_path, monkeypatch, "show", run_id, "--json", "--diagnostics") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in shown.items() if k != "diagnostics"} == plain
+    assert shown["diagnostics"] == json.loads(json.dumps(table))
+    assert main(tmp_path, monkeypatch, "show", run_id, "--diagnostics") == 0
+    out = capsys.readouterr().out
+    assert f"run_id: {run_id}" in out and "status: completed" in out
+    head, *lines = out.split("\n\n", 1)[1].strip().split("\n")
+    assert head.startswith("acceptance 0.") and "diverged chains 1" in head
+    assert lines[0].split()[:3] == ["coordinate", "mean", "exact"]
+    v = lines[2].split()
+    assert v[0] == "v" and float(v[1]) == pytest.approx(table["rows"][1]["mean"], rel=1e-3)
+
+
+def test_show_diagnostics_of_a_run_without_records_names_it(tmp_path, monkeypatch, capsys):
+    spec = {"target": {"name": "banana", "params": {}}, "sampler": {"name": "mala"}, "steps": 10}
+    run_id = Store(tmp_path).create(parse_spec(spec).model_dump(mode="json"))
+    assert main(tmp_path, monkeypatch, "show", run_id, "--diagnostics") == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"run {run_id} has no records yet" in captured.err
+
+
+def test_the_headless_module_never_imports_streamlit():
+    code = "import sys, jobs.report, jobs.__main__; sys.exit('streamlit' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env).returncode == 0
