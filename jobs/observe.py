@@ -121,7 +121,7 @@ class LLCObserver:
     def block(self, first_step: int, info) -> None:
         """Accumulate every step's excess loss L(w_t) - L(w0) after the burn-in, per chain, on
         the device: paired with w0's loss on the step's own batch where the kernel reports it
-        (``Kernel.paired``: same mean, far less noise), else against the baseline."""
+        (``samplers.llc.Paired``: same mean, far less noise), else against the baseline."""
         skip = max(0, self.spec.burn_in - first_step)
         loss = info.loss.double()
         center = info.scalars.get("center_loss")

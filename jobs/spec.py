@@ -114,11 +114,10 @@ class RunSpec(_Model):
     observables: list[str] = []
     llc: LLCOptions = LLCOptions()
     flush_every: int = 0  # 0: auto (every ~0.5 s); else 1 .. steps
-    # Run the steps as compiled chunks: "auto" when the compile pays for itself within the run
-    # (samplers.fused.worth_compiling), "always" (a worker that will see the spec again keeps
-    # the compiled code), or "never". Either way the run is reproducible from its seed. Where
-    # torch.compile has no compiler to build with, every run steps eagerly (its summary's
-    # "compiled" says which it did).
+    # Compiled chunks of steps (samplers.compiled): "auto" compiles in the background once the
+    # eager remainder of the run would take seconds and switches when ready; "always" compiles
+    # before the first whole block; "never" steps eagerly. Both paths read the same draws, so
+    # the run is the same to float rounding. The summary's "compiled" says which ran.
     compile: Literal["auto", "always", "never"] = "auto"
 
     @model_validator(mode="after")
@@ -397,35 +396,31 @@ def _device(spec: RunSpec) -> torch.device:
 def build(spec: RunSpec) -> tuple[Target, Kernel, torch.device]:
     """The target on the spec's device and dtype, and the kernel, for the run loop.
 
-    A process keeps the last few (target, kernel) pairs it built: a warm worker given the same
-    target and sampler again (a new seed, more steps, the class pressing Run twice) reuses the
-    kernel's compiled chunks instead of compiling them anew (seconds on a CPU). Both are
-    read-only during a run, and the fused path draws its noise the same way whether it compiled
-    or not, so a reused pair gives the same run as a fresh one."""
+    A process builds each target once and keeps the last few (and their kernels): a warm worker
+    given the same target and sampler again (a new seed, more steps, the class pressing Run
+    twice) reuses the kernel's compiled chunks. Both are read-only during a run."""
     device = _device(spec)
-    key = json.dumps(
-        {
-            "target": spec.target.model_dump(mode="json"),
-            "sampler": spec.sampler.model_dump(mode="json"),
-            "device": str(device),
-            "dtype": spec.dtype,
-            # an LLC with the full-data baseline pairs each batch loss with w0's (observe.py)
-            "paired": "llc" in spec.observables and spec.llc.baseline == "full",
-        },
+    target_key = json.dumps(
+        {"target": spec.target.model_dump(mode="json"), "device": str(device), "dtype": spec.dtype},
         sort_keys=True,
     )
-    target, kernel = _built(key)
+    target = _built_target(target_key)
+    kernel = _built_kernel(target_key, json.dumps(spec.sampler.model_dump(mode="json")))
     return target, kernel, target.device
 
 
 @functools.lru_cache(maxsize=4)
-def _built(key: str) -> tuple[Target, Kernel]:
+def _built_target(key: str) -> Target:
     spec = json.loads(key)
     name, params = spec["target"]["name"], spec["target"]["params"]
     try:
-        target = landscapes.make(name, device=spec["device"], dtype=spec["dtype"], **params)
+        return landscapes.make(name, device=spec["device"], dtype=spec["dtype"], **params)
     except ParamError as exc:  # builder-level checks (e.g. dln.rank above the smallest width)
         raise SpecError(*_param_error(exc, "target", name)) from None
-    kernel = samplers.make(spec["sampler"]["name"], **spec["sampler"]["params"])
-    kernel.paired = spec["paired"]
-    return target, kernel
+
+
+@functools.lru_cache(maxsize=16)
+def _built_kernel(target_key: str, sampler_key: str) -> Kernel:
+    """One kernel per (target, sampler): its compiled chunks are for that target."""
+    sampler = json.loads(sampler_key)
+    return samplers.make(sampler["name"], **sampler["params"])

@@ -1,60 +1,51 @@
 """Metropolis-Hastings kernels on the full data: MALA, HMC, random-walk Metropolis.
 
-Each caches U and grad U at the current position in ``aux``. A proposal whose energy is NaN/Inf
+Each caches U and grad U at the current position in its state. A proposal whose energy is NaN/Inf
 is simply rejected (the chain stays valid), so MH kernels only flag chains that start non-finite.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import fields, replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
-from landscapes import Target
-from landscapes.base import Batch
+from .base import Draw, Energy, Kernel, State
 
-from .base import Energy, Kernel, State, normal, uniform
 
-ENERGY = tuple(f.name for f in fields(Energy))  # names, as a constant that torch.compile traces
+@dataclass
+class MHState(State):
+    U: Tensor  # [C] the energy at the position
+    grad: Tensor  # [C, d] its gradient
+    loss: Tensor  # [C] the loss L there (U itself on a potential)
 
 
 class MHKernel(Kernel):
-    minibatch, fusable = False, True
+    minibatch = False
+
+    def noise(self, chains, dim):
+        return {"xi": Draw("normal", (chains, dim)), "u": Draw("uniform", (chains,))}
 
     def start(self, state, target, generator):
-        return self._cache(self.energy(state.position, state, target, None))
+        e = self.energy(state.position, state, target, None)
+        return MHState(**vars(state), U=e.value, grad=e.grad, loss=e.loss)
 
     @staticmethod
-    def _cache(e: Energy) -> dict[str, Tensor]:
-        """U, grad U and L at the position. L is left out where it is U itself (nbeta = 1 and
-        nothing added, as on a potential): a compiled chunk allocates each carried tensor anew
-        every step, and at 64 chains those allocations take longer than the arithmetic."""
-        cache = {"U": e.value, "grad": e.grad}
-        if e.loss is not e.value:
-            cache["L"] = e.loss
-        return cache
-
-    @staticmethod
-    def accept(log_ratio: Tensor, generator: torch.Generator) -> Tensor:
-        """Accept with probability min(1, exp(log_ratio)); NaN ratios are rejected."""
-        return torch.log(uniform(generator, log_ratio)) < log_ratio
-
     def settle(
-        self,
-        state: State,
-        proposal: Tensor,
-        e: Energy,
-        log_ratio: Tensor,
-        generator: torch.Generator,
-    ) -> tuple[State, Tensor, Tensor]:
-        ok = self.accept(log_ratio, generator)
-        new_aux = self._cache(e)
-        aux = {k: _pick(ok, new_aux[k], v) for k, v in state.aux.items()}
-        position = torch.where(ok[:, None], proposal, state.position)
-        loss = aux.get("L", aux["U"])
-        return replace(state, position=position, aux=aux), loss, ok.to(position.dtype)
+        state: MHState, proposal: Tensor, e: Energy, log_ratio: Tensor, u: Tensor
+    ) -> tuple[MHState, Tensor, Tensor]:
+        """Accept with probability min(1, exp(log_ratio)) (NaN ratios are rejected)."""
+        ok = torch.log(u) < log_ratio
+        new = replace(
+            state,
+            position=torch.where(ok[:, None], proposal, state.position),
+            U=torch.where(ok, e.value, state.U),
+            grad=torch.where(ok[:, None], e.grad, state.grad),
+            loss=torch.where(ok, e.loss, state.loss),
+        )
+        return new, new.loss, ok.to(proposal.dtype)
 
 
 def log_q(to: Tensor, frm: Tensor, grad_frm: Tensor, eps: float) -> Tensor:
@@ -76,12 +67,12 @@ class MALA(MHKernel):
 
     name = "mala"
 
-    def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
-        eps, w, grad = self.step_size, state.position, state.aux["grad"]
-        proposal = w - 0.5 * eps * grad + math.sqrt(eps) * normal(generator, w)
+    def update(self, state, target, batch, noise):
+        eps, w, grad = self.step_size, state.position, state.grad
+        proposal = w - 0.5 * eps * grad + math.sqrt(eps) * noise["xi"]
         e = self.energy(proposal, state, target, None)
-        log_ratio = mala_log_ratio(w, proposal, state.aux["U"], e.value, grad, e.grad, eps)
-        return self.settle(state, proposal, e, log_ratio, generator)
+        log_ratio = mala_log_ratio(w, proposal, state.U, e.value, grad, e.grad, eps)
+        return self.settle(state, proposal, e, log_ratio, noise["u"])
 
 
 class RWMH(MHKernel):
@@ -89,10 +80,10 @@ class RWMH(MHKernel):
 
     name = "rwmh"
 
-    def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
-        proposal = state.position + self.step_size * normal(generator, state.position)
+    def update(self, state, target, batch, noise):
+        proposal = state.position + self.step_size * noise["xi"]
         e = self.energy(proposal, state, target, None)
-        return self.settle(state, proposal, e, state.aux["U"] - e.value, generator)
+        return self.settle(state, proposal, e, state.U - e.value, noise["u"])
 
 
 class HMC(MHKernel):
@@ -101,13 +92,20 @@ class HMC(MHKernel):
     number of steps uniformly from 1..leapfrog_steps every iteration (masked, no host sync)."""
 
     name = "hmc"
+    leapfrog_steps: int = 10
+    jitter: bool = False
 
-    def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
+    def noise(self, chains, dim):
+        draws = super().noise(chains, dim)  # xi: the momentum
+        if self.jitter:
+            draws["count"] = Draw("uniform", (chains,))
+        return draws
+
+    def update(self, state, target, batch, noise):
         eps, n = self.step_size, self.leapfrog_steps
-        w, grad = state.position, state.aux["grad"]
-        p0 = p = normal(generator, w)
-        count = (uniform(generator, w[:, 0]) * n).floor() + 1 if self.jitter else None
-        e = None
+        w, grad, e = state.position, state.grad, None
+        p0 = p = noise["xi"]
+        count = (noise["count"] * n).floor() + 1 if self.jitter else None
         for i in range(n):
             p_half = p - 0.5 * eps * grad
             w_new = w + eps * p_half
@@ -116,10 +114,15 @@ class HMC(MHKernel):
             if count is not None and i > 0:  # finished trajectories keep their end point
                 live = i < count
                 w_new, p_new = _pick(live, w_new, w), _pick(live, p_new, p)
-                e_new = Energy(*(_pick(live, getattr(e_new, k), getattr(e, k)) for k in ENERGY))
+                e_new = Energy(
+                    *(
+                        _pick(live, a, b)
+                        for a, b in zip(vars(e_new).values(), vars(e).values(), strict=True)
+                    )
+                )
             w, p, e, grad = w_new, p_new, e_new, e_new.grad
-        log_ratio = (state.aux["U"] + 0.5 * (p0 * p0).sum(-1)) - (e.value + 0.5 * (p * p).sum(-1))
-        return self.settle(state, w, e, log_ratio, generator)
+        log_ratio = (state.U + 0.5 * (p0 * p0).sum(-1)) - (e.value + 0.5 * (p * p).sum(-1))
+        return self.settle(state, w, e, log_ratio, noise["u"])
 
 
 def _pick(mask: Tensor, new: Tensor, old: Tensor) -> Tensor:

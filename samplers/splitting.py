@@ -12,14 +12,14 @@ last one, so BAOAB costs one gradient per step (its last kick is the next step's
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
+from torch import Tensor
 
-from landscapes import ParamError, Target
-from landscapes.base import Batch
+from landscapes import ParamError
 
-from .base import Kernel, State, normal
+from .base import Draw, Kernel, State
 
 SCHEMES = {"baoab": "BAOAB", "gla1": "BAO", "gla2": "BOBA"}
 
@@ -35,12 +35,21 @@ def check_scheme(scheme: str, field: str = "splitting.scheme") -> str:
     return scheme
 
 
+@dataclass
+class SplittingState(State):
+    p: Tensor  # [C, d] momentum
+    grad: Tensor  # [C, d] grad U at the position (the next B reuses it when fresh)
+    loss: Tensor  # [C] L there
+
+
 class Splitting(Kernel):
     """The letter-string integrator; ``scheme`` fixed by the registry entry or given."""
 
-    fusable = True
-
     name, minibatch = "splitting", True
+    batch_size: int | None = None
+    friction: float = 1.0
+    temperature: float = 1.0
+    scheme: str = "BAOAB"
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -49,20 +58,29 @@ class Splitting(Kernel):
         # Is the gradient cached at the end of a step at the final position? (a B after the last A)
         self.fresh_at_end = "B" in self.scheme[self.scheme.rindex("A") :]
 
+    def noise(self, chains, dim):  # one N(0, I) per O in the scheme
+        return {f"xi{i}": Draw("normal", (chains, dim)) for i in range(self.scheme.count("O"))}
+
     def start(self, state, target, generator):
-        e = self.energy(state.position, state, target, self._batch(target, generator))
-        p = math.sqrt(self.temperature) * normal(generator, state.position)
-        return {"p": p, "grad": e.grad, "L": e.loss}
+        batch = None
+        if self.uses_batches(target):  # the first gradient on a batch of its own
+            index = torch.randint(
+                target.n, (self.batch_size,), generator=generator, device=generator.device
+            )
+            batch = target.batch(index)
+        e = self.energy(state.position, state, target, batch)
+        w = state.position
+        p = torch.randn(w.shape, generator=generator, device=w.device, dtype=w.dtype)
+        return SplittingState(
+            **vars(state), p=math.sqrt(self.temperature) * p, grad=e.grad, loss=e.loss
+        )
 
     def observe(self, state):
-        p = state.aux["p"]
-        return {"kinetic": 0.5 * (p * p).sum(-1)}
+        return {"kinetic": 0.5 * (state.p * state.p).sum(-1)}
 
-    def update(self, state: State, target: Target, batch: Batch, generator: torch.Generator):
-        w, p, grad, loss = state.position, state.aux["p"], state.aux["grad"], state.aux["L"]
-        # start() evaluated the gradient here, but on a batch of its own: a step reports the loss
-        # of its own batch (a paired LLC step subtracts w0's on the same batch)
-        fresh = self.fresh_at_end or (state.step == 0 and batch is None)
+    def update(self, state, target, batch, noise):
+        w, p, grad, loss = state.position, state.p, state.grad, state.loss
+        fresh, o = self.fresh_at_end, 0
         h, T = self.step_size, self.temperature
         for letter in self.scheme:
             dt = h * self.fraction[letter]
@@ -75,7 +93,7 @@ class Splitting(Kernel):
                 p = p - dt * grad
             else:
                 a = math.exp(-self.friction * dt)
-                p = a * p + math.sqrt(T * (1 - a * a)) * normal(generator, p)
-        aux = {"p": p, "grad": grad, "L": loss}
-        ones = torch.ones_like(loss)
-        return replace(state, position=w, aux=aux), loss, ones
+                p = a * p + math.sqrt(T * (1 - a * a)) * noise[f"xi{o}"]
+                o += 1
+        new = replace(state, position=w, p=p, grad=grad, loss=loss)
+        return new, loss, torch.ones_like(loss)

@@ -6,8 +6,8 @@ at a sampler's best step size on a log grid, and the fraction of problem pairs w
 estimates keep. Issue goal: |mean| <= 0.3 and order >= 0.8 for RMSProp-SGLD over >= 8 problems.
 The problems (seeds 0-7) include two-layer ones, i.e. reduced-rank regressions.
 
-Each step pairs its batch loss with w0's on the same batch (``Kernel.paired``, what an LLC run
-does): without it, the batch noise of a single chain's mean loss at n = 1e5 was larger than
+Each step pairs its batch loss with w0's on the same batch (``samplers.llc.Paired``, what an
+LLC run does): without it, the batch noise of a single chain's mean loss at n = 1e5 was larger than
 lambda itself at these run lengths.
 """
 
@@ -20,6 +20,7 @@ import torch
 import landscapes
 import samplers
 from jobs.sweep import order_preservation
+from samplers import llc
 
 PROBLEMS = range(8)
 STEP_SIZES = (3e-9, 1e-8)  # the grid's two best; 3e-8 and 1e-7 were +0.32 and +1.2 (notes)
@@ -27,11 +28,12 @@ STEPS, CHAINS, BATCH, N = 10_000, 4, 500, 100_000  # at 5000 steps, 3e-9 kept 0.
 
 
 def estimate(target: landscapes.Target, step_size: float, seed: int) -> tuple[float, int]:
-    kernel = samplers.make("rmsprop-sgld", step_size=step_size, batch_size=BATCH)
-    kernel.paired = True
+    w0 = target.w0.to(target.dtype)
+    plain = samplers.make("rmsprop-sgld", step_size=step_size, batch_size=BATCH)
+    kernel = llc.Paired(plain, target, w0)
     g = torch.Generator().manual_seed(seed)
-    state = kernel.init(target.w0.to(target.dtype).expand(CHAINS, -1), target, g)
-    state, info = kernel.run(state, target, g, STEPS, fused=False)  # eager: no compile per shape
+    state = kernel.init(w0.expand(CHAINS, -1), target, g)
+    state, info = kernel.run(state, target, g, STEPS)  # eager: no compile per shape
     excess = (info.loss.double() - info.scalars["center_loss"].double())[STEPS // 2 :]
     return float(kernel.nbeta_for(target) * excess.mean()), int(state.diverged.sum())
 

@@ -265,13 +265,18 @@ def test_the_summarys_ess_and_rhat_are_arvizs_on_the_first_chains_that_fit(tmp_p
     )
     coords = summary["coordinates"]
     assert coords["diagnostic_chains"] == 4
-    draws = np.moveaxis(data["position"][200:, :4], 0, 1)  # [chain, draw, d], as ArviZ takes
+    # [chain, draw, d], as ArviZ takes; in float64, as the summary computes (float32 R-hat
+    # differs in the fifth digit)
+    draws = np.moveaxis(data["position"][200:, :4], 0, 1).astype(np.float64)
     dataset = arviz.convert_to_dataset({"x": draws})
     np.testing.assert_allclose(coords["ess_bulk"], arviz.ess(dataset, method="bulk")["x"].values)
     np.testing.assert_allclose(coords["rhat"], arviz.rhat(dataset, method="rank")["x"].values)
-    # the moments still use every chain
-    every = data["position"][200:].reshape(-1, 2)
-    np.testing.assert_allclose(coords["mean"], every.mean(0), rtol=1e-5, atol=1e-6)
+    # the moments, kept while running, still use every chain: as read back from the store
+    every = data["position"][200:].reshape(-1, 2).astype(np.float64)
+    np.testing.assert_allclose(coords["mean"], every.mean(0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(coords["var"], every.var(0, ddof=1), rtol=1e-9)
+    assert summary["acceptance"] == pytest.approx(float(data["accepted"][200:].mean()), rel=1e-9)
+    assert summary["loss"]["mean"] == pytest.approx(float(data["loss"][200:].mean()), rel=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -293,19 +298,24 @@ def test_diagnosed_chains(chains, draws, diagnosed):
     assert diagnostics.diagnosed_chains(chains, draws) == diagnosed
 
 
+def clear_built():
+    from jobs.spec import _built_kernel, _built_target
+
+    _built_target.cache_clear()
+    _built_kernel.cache_clear()
+
+
 @pytest.mark.parametrize(
     ("flush_every", "compile"),  # fixed flushes, or every ~0.5 s; compiled chunks, or eager
-    [(100, "always"), (0, "always"), (0, "auto")],
+    [(100, "always"), (0, "always"), (0, "never")],
 )
 def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path, flush_every, compile):
-    from jobs.spec import _built
-
     # Blocks never depend on timing. The first run compiles its chunks; the second reuses them
     # (the process keeps the kernel it built), and must draw the same noise all the same.
-    _built.cache_clear()
-    spec = {"chains": 16, "steps": 300, "thin": 2, "flush_every": flush_every, "compile": compile}
+    clear_built()
+    spec = {"chains": 16, "steps": 600, "thin": 2, "flush_every": flush_every, "compile": compile}
     runs = [in_process(tmp_path / h, "mala", {"step_size": 0.1}, **spec)[1] for h in "ab"]
-    assert runs[0].keys() == runs[1].keys() and len(runs[0]["step"]) == 150
+    assert runs[0].keys() == runs[1].keys() and len(runs[0]["step"]) == 300
     for name in runs[0]:
         np.testing.assert_array_equal(runs[0][name], runs[1][name])
     assert "kinetic" not in runs[0]  # MALA has no scalars of its own
@@ -313,9 +323,43 @@ def test_a_run_is_deterministic_for_its_seed_and_device(tmp_path, flush_every, c
     assert not np.array_equal(other["position"], runs[0]["position"])
 
 
-def test_records_written_behind_the_loop_land_whole_and_in_order(tmp_path, monkeypatch):
-    """Flushes cut at every block (FLUSH_BYTES of 1) and written on the writer thread give the
-    records of a run flushed once every 0.5 s; a failed append fails the run with its error."""
+def test_a_runs_first_steps_are_the_same_whatever_its_length_and_path(tmp_path):
+    """300 eager steps are the first 300 of a 700-step run, eager or compiled (to float rounding
+    there: the same draws, fused arithmetic)."""
+    clear_built()
+    params, spec = {"step_size": 0.1}, {"chains": 16, "thin": 1}
+    short = in_process(tmp_path / "a", "mala", params, steps=300, compile="never", **spec)[1]
+    eager = in_process(tmp_path / "b", "mala", params, steps=700, compile="never", **spec)[1]
+    summary, fused = in_process(tmp_path / "c", "mala", params, steps=700, compile="always", **spec)
+    assert summary["compiled"]
+    for name in short:
+        np.testing.assert_array_equal(short[name], eager[name][:300])
+    np.testing.assert_allclose(fused["position"][:300], short["position"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(fused["accepted"][:50], short["accepted"][:50])
+
+
+def test_an_auto_run_switches_to_the_compiled_chunk_once_it_is_ready(tmp_path, monkeypatch):
+    from jobs import run
+
+    clear_built()
+    params, spec = {"step_size": 0.1}, {"chains": 16, "steps": 1200}
+    in_process(tmp_path / "a", "mala", params, compile="always", **spec)  # compiled, kept
+    monkeypatch.setattr(run, "COMPILE_AFTER_SECONDS", 1e9)  # never worth it: eager throughout
+    summary, eager = in_process(tmp_path / "b", "mala", params, compile="auto", **spec)
+    assert not summary["compiled"]
+    monkeypatch.setattr(run, "COMPILE_AFTER_SECONDS", 0.0)  # worth it: the chunk, ready at once
+    summary, auto = in_process(tmp_path / "c", "mala", params, compile="auto", **spec)
+    assert summary["compiled"]
+    np.testing.assert_array_equal(auto["position"][:256], eager["position"][:256])  # eager block
+    np.testing.assert_allclose(auto["position"], eager["position"], rtol=1e-3, atol=1e-4)
+    summary, never = in_process(tmp_path / "d", "mala", params, compile="never", **spec)
+    assert not summary["compiled"]
+    np.testing.assert_array_equal(never["position"], eager["position"])
+
+
+def test_flushes_at_every_block_give_the_records_of_one_flush(tmp_path, monkeypatch):
+    """Flushes cut at every block (FLUSH_BYTES of 1) give the records of a run flushed every
+    0.5 s, in one chunk a block; a failed append fails the run with its error."""
     import sqlite3
 
     from jobs import run
@@ -323,11 +367,10 @@ def test_records_written_behind_the_loop_land_whole_and_in_order(tmp_path, monke
     spec = {"chains": 16, "steps": 300, "thin": 1, "compile": "never"}
     _, once = in_process(tmp_path / "a", "mala", {"step_size": 0.1}, **spec)
     monkeypatch.setattr(run, "FLUSH_BYTES", 1)
-    monkeypatch.setattr(run, "BLOCK_ELEMENTS", 16 * 2 * 8)  # blocks of 8 steps
     _, often = in_process(tmp_path / "b", "mala", {"step_size": 0.1}, **spec)
     (index,) = (tmp_path / "b" / "runs").glob("*.sqlite")
     chunks = sqlite3.connect(index).execute("SELECT COUNT(DISTINCT start) FROM chunks")
-    assert chunks.fetchone()[0] == 1 + 299 // 8 + 1  # the first step, full blocks, the rest
+    assert chunks.fetchone()[0] == len(list(run.plan(300, 256))) == 3  # 1, 255, 44 steps
     assert once.keys() == often.keys() and len(once["step"]) == 300
     for name in once:
         np.testing.assert_array_equal(once[name], often[name])
@@ -343,12 +386,23 @@ def test_records_written_behind_the_loop_land_whole_and_in_order(tmp_path, monke
         in_process(tmp_path / "c", "mala", {"step_size": 0.1}, **spec)
 
 
-def test_progress_is_reported_twice_a_second_however_often_records_flush(tmp_path, monkeypatch):
-    """Flushes at every 8-step block (as FLUSH_BYTES cuts them at 4096 chains) report progress
-    at the first block, every FLUSH_SECONDS and at the end, not at each flush (a SQLite commit
-    each); a spec's own flush_every reports at every flush."""
-    import sqlite3
+@pytest.mark.parametrize(
+    ("steps", "length", "flush_every", "blocks"),
+    [
+        (10, 4, 0, [(0, 1), (1, 3), (4, 4), (8, 2)]),  # the first step alone, then noise blocks
+        (10, 4, 3, [(0, 1), (1, 2), (3, 1), (4, 2), (6, 2), (8, 1), (9, 1)]),  # and flush cuts
+        (1, 256, 0, [(0, 1)]),
+    ],
+)
+def test_the_block_plan_follows_the_noise_blocks(steps, length, flush_every, blocks):
+    from jobs.run import plan
 
+    assert list(plan(steps, length, flush_every)) == blocks
+
+
+def test_progress_is_reported_twice_a_second_however_often_records_flush(tmp_path, monkeypatch):
+    """Flushes at every block report progress at the first block, every FLUSH_SECONDS and at the
+    end, not at each flush (a SQLite commit each); a spec's own flush_every reports at each."""
     from jobs import run
 
     reports = []
@@ -360,19 +414,15 @@ def test_progress_is_reported_twice_a_second_however_often_records_flush(tmp_pat
 
     monkeypatch.setattr(Store, "set_progress", spy)
     monkeypatch.setattr(run, "FLUSH_BYTES", 1)
-    monkeypatch.setattr(run, "BLOCK_ELEMENTS", 16 * 2 * 8)  # blocks of 8 steps
-    spec = {"chains": 16, "steps": 400, "thin": 1, "compile": "never"}
+    spec = {"chains": 16, "steps": 1400, "thin": 1, "compile": "never"}
     start = time.perf_counter()
     in_process(tmp_path / "a", "mala", {"step_size": 0.1}, **spec)
     seconds = time.perf_counter() - start
-    (index,) = (tmp_path / "a" / "runs").glob("*.sqlite")
-    flushes = sqlite3.connect(index).execute("SELECT COUNT(DISTINCT start) FROM chunks")
-    assert flushes.fetchone()[0] == 1 + 399 // 8 + 1
-    assert reports[0] == 1 and reports[-1] == 400
-    assert len(reports) <= 2 + seconds / run.FLUSH_SECONDS + 1
+    assert reports[0] == 1 and reports[-1] == 1400
+    assert len(reports) <= 2 + seconds / run.FLUSH_SECONDS + 1 < len(list(run.plan(1400, 256)))
     reports.clear()
-    in_process(tmp_path / "b", "mala", {"step_size": 0.1}, **spec, flush_every=40)
-    assert reports[:-1] == list(range(40, 401, 40))
+    in_process(tmp_path / "b", "mala", {"step_size": 0.1}, **spec, flush_every=200)
+    assert reports[:-1] == list(range(200, 1401, 200))
 
 
 def test_the_eta_follows_the_sampling_rate_not_the_time_spent_building(tmp_path, monkeypatch):
@@ -396,66 +446,37 @@ def test_the_eta_follows_the_sampling_rate_not_the_time_spent_building(tmp_path,
     assert eta <= 3 * (end - when) + 0.5, (eta, end - when)
 
 
-def test_a_run_compiles_only_when_the_compile_pays_within_it(tmp_path, monkeypatch):
+def test_snapshots_are_the_full_positions_at_every_strideth_step(tmp_path):
+    """A projected run keeps the full position every ``snapshot_stride``-th step: the positions
+    a run of the same seed records in full at those steps, and its records their projection."""
     from jobs.run import execute
-    from jobs.spec import _built, build, parse_spec
-    from samplers import fused
-
-    def compiled_entries(steps: int, compile: str) -> int:
-        _built.cache_clear()
-        spec = parse_spec(
-            {
-                "target": {"name": "banana"},
-                "sampler": {"name": "sgld", "params": {"step_size": 0.01}},
-                **{"chains": 8, "steps": steps, "compile": compile},
-            }
-        )
-        store = Store(tmp_path / f"{steps}-{compile}")
-        summary = execute(spec, store, store.create(spec.model_dump(mode="json")))
-        entries = len(build(spec)[1].__dict__.get("_compiled", {}))  # the run's (cached) kernel
-        assert summary["compiled"] == (entries == 1)
-        return entries
-
-    # An SGLD step on the banana dispatches ~74 operations eagerly: ~0.2 ms, so ~20,000 steps
-    # repay a ~5 s compile; 500 steps run eagerly under auto, and compile when asked to.
-    assert compiled_entries(500, "auto") == 0
-    assert compiled_entries(500, "never") == 0
-    assert compiled_entries(500, "always") == 1
-    monkeypatch.setattr(fused, "COMPILE_SECONDS", 0.05)  # a compile that 500 steps repay
-    assert compiled_entries(500, "auto") == 1
-    assert compiled_entries(100, "auto") == 0
-
-
-def test_snapshots_from_whole_blocks_equal_those_of_blocks_cut_at_them(tmp_path, monkeypatch):
-    """A projected run takes its snapshots from its blocks' full positions when they fit
-    BLOCK_ELEMENTS, else it ends its blocks at them; eager steps draw the same noise either
-    way, so both give the same records and snapshots, every ``snapshot_stride``-th step."""
-    from jobs import run
     from jobs.spec import parse_spec
 
     spec = {
         "target": {"name": "mlp", "params": {"hidden_sizes": [4]}},  # d = 310: projected
         "sampler": {"name": "sgld", "params": {"step_size": 1e-4, "batch_size": 16}},
         "chains": 3,
-        "steps": 90,
+        "steps": 300,
         "thin": 2,
-        "record": {"snapshots": 9},  # 45 records: a snapshot every 5th, every 10th step
+        "record": {"snapshots": 15},  # 150 records: a snapshot every 10th, every 20th step
         "compile": "never",
     }
     runs = []
-    for home, elements in (("whole", run.BLOCK_ELEMENTS), ("cut", 100)):  # 100 < C x d
-        monkeypatch.setattr(run, "BLOCK_ELEMENTS", elements)
+    for home, positions in (("projected", "auto"), ("full", "all")):
+        spec["record"]["positions"] = positions
         store = Store(tmp_path / home)
         run_id = store.create(parse_spec(spec).model_dump(mode="json"))
-        run.execute(parse_spec(spec), store, run_id)
-        runs.append((store.read(run_id), store.read(run_id, series="snapshots")))
-    (whole, whole_snaps), (cut, cut_snaps) = runs
-    np.testing.assert_array_equal(whole_snaps["step"], np.arange(0, 90, 10))
-    np.testing.assert_array_equal(cut_snaps["step"], whole_snaps["step"])
-    np.testing.assert_array_equal(cut_snaps["position"], whole_snaps["position"])
-    assert whole.keys() == cut.keys() and whole["position"].shape == (45, 3, 8)
-    for name in whole:  # projected outside the scan or in the eager loop: the same product
-        np.testing.assert_allclose(whole[name], cut[name], rtol=1e-6, atol=1e-6)
+        execute(parse_spec(spec), store, run_id)
+        runs.append((store, run_id))
+    (store, projected), (full_store, full) = runs
+    snaps = store.read(projected, series="snapshots")
+    every = full_store.read(full)
+    np.testing.assert_array_equal(snaps["step"], np.arange(0, 300, 20))
+    np.testing.assert_array_equal(snaps["position"], every["position"][::10])
+    basis = store.get_array(projected, "projection")
+    records = store.read(projected)["position"]
+    assert records.shape == (150, 3, 8)
+    np.testing.assert_allclose(records, every["position"] @ basis, rtol=1e-5, atol=1e-5)
 
 
 def test_momentum_kernels_record_their_scalars_per_step(tmp_path):
@@ -594,89 +615,3 @@ def test_a_foreground_run_honours_cancel(home, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert codes == [0] and summary["status"] == "cancelled" and summary["steps"] < 20_000_000
     assert store.get(run_id).status == "cancelled"
-
-
-def _records(tmp_path, store):
-    """A Records for a 3-chain 2-D run recording every step, and a block maker."""
-    import torch
-
-    from jobs.run import Records
-    from jobs.spec import estimate, parse_spec
-    from samplers.base import Info
-
-    spec = parse_spec({"target": {"name": "banana"}, "sampler": {"name": "sgld"}, "chains": 3})
-    run_id = store.create(spec.model_dump(mode="json"))
-
-    def block(first: int, n: int) -> Info:  # step s of chain c: loss s + c / 10
-        loss = torch.arange(first, first + n, dtype=torch.float32)[:, None] + torch.arange(3) / 10
-        position = torch.stack([loss, -loss], -1)
-        return Info(loss, torch.ones(n, 3), torch.zeros(n, 3, dtype=torch.bool), position)
-
-    return Records(spec, estimate(spec), store, run_id, False), run_id, block
-
-
-def test_flushes_queue_behind_the_writer_up_to_writes_behind_then_wait(tmp_path):
-    import threading
-
-    from jobs.run import WRITES_BEHIND
-
-    store = Store(tmp_path)
-    release, started = threading.Event(), threading.Event()
-    append = store.append
-
-    def held_append(*args, **kwargs):  # the writer stalls until released, as on a slow disk
-        started.set()
-        release.wait(30)
-        return append(*args, **kwargs)
-
-    store.append = held_append
-    records, run_id, block = _records(tmp_path, store)
-    with records:
-
-        def queue():
-            for k in range(WRITES_BEHIND):
-                records.keep(4 * k, block(4 * k, 4))
-                records.flush()
-
-        queued = threading.Thread(target=queue)
-        queued.start()
-        queued.join(10)
-        assert not queued.is_alive() and started.is_set()  # queued while the writer stalls
-        records.keep(4 * WRITES_BEHIND, block(4 * WRITES_BEHIND, 4))
-        third = threading.Thread(target=records.flush)
-        third.start()
-        third.join(0.5)
-        assert third.is_alive()  # one more waits for the oldest append
-        release.set()
-        third.join(30)
-        assert not third.is_alive()
-    steps = 4 * (WRITES_BEHIND + 1)
-    data = store.read(run_id)
-    want = np.arange(steps, dtype=np.float32)[:, None] + np.arange(3, dtype=np.float32) / 10
-    np.testing.assert_array_equal(data["step"], np.arange(steps))
-    np.testing.assert_array_equal(data["loss"], want)
-    np.testing.assert_array_equal(data["position"], np.stack([want, -want], -1))
-
-
-def test_a_failed_append_is_raised_once_every_queued_one_has_ended(tmp_path):
-    store = Store(tmp_path)
-    append, calls, ended = store.append, [], []
-
-    def failing_append(*args, **kwargs):
-        calls.append(len(calls))
-        try:
-            if len(calls) == 1:
-                raise OSError("disk full")
-            time.sleep(0.3)  # a slow second append, still writing when the first has failed
-            return append(*args, **kwargs)
-        finally:
-            ended.append(len(calls))
-
-    store.append = failing_append
-    records, _, block = _records(tmp_path, store)
-    with pytest.raises(OSError, match="disk full"), records:  # the first error, not the second's
-        records.keep(0, block(0, 4))
-        records.flush()
-        records.keep(4, block(4, 4))
-        records.flush()
-    assert len(ended) == 2  # both appends ended before the error reached the caller

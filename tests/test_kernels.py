@@ -249,7 +249,7 @@ def test_hmc_jitter_draws_trajectory_lengths_per_chain():
     for k in (fixed, jitter):
         g = gen(1)
         s = k.init(x0, target, g)
-        s, _ = k.step(s, target, g)
+        s, _ = k.run(s, target, g, 1)
         moved.append((s.position - x0).norm(dim=-1))
     # with jitter, distances vary more across chains than the fixed-length ones do
     assert moved[1].std() > 0 and not torch.equal(moved[0], moved[1])
@@ -359,7 +359,7 @@ def test_a_nan_chain_is_frozen_and_flagged_and_the_others_are_untouched(name):
     assert torch.isnan(info.loss[:, 2]).all()
 
 
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize(
     "name, params",
     [
@@ -372,14 +372,14 @@ def test_a_nan_chain_is_frozen_and_flagged_and_the_others_are_untouched(name):
         ("hmc", {"step_size": 0.1, "leapfrog_steps": 5, "localization": 3.0}),
     ],
 )
-def test_mh_kernels_report_the_loss_of_the_position_they_keep(name, params, fused):
+def test_mh_kernels_report_the_loss_of_the_position_they_keep(name, params, compiled):
     """The loss a Metropolis kernel reports each step is L at the position it kept (accepted or
     not), recomputed here by the target, whether or not U is L."""
     target = landscapes.make("banana", device=DEVICE, dtype="float64")
     kernel = samplers.make(name, **params)
     g = gen(3)
     state = kernel.init(target.exact_sample(g, 64), target, g)
-    state, info = kernel.run(state, target, g, 40, fused=fused, positions=True)
+    state, info = kernel.run(state, target, g, 40, compiled=compiled, positions=True)
     assert 0.05 < info.accepted.mean() < 0.999  # both branches of the accept were taken
     want = target.loss(info.position.reshape(-1, 2)).reshape(info.loss.shape)
     torch.testing.assert_close(info.loss, want, rtol=1e-12, atol=1e-12)

@@ -179,24 +179,23 @@ def test_plateau_tells_a_settled_trace_from_a_drifting_one():
 
 def test_a_paired_step_reports_w0s_loss_on_its_own_batch_and_the_pairs_cut_the_noise():
     import samplers
-    from samplers.fused import Replay
 
     target = landscapes.make("dln", seed=4, n=5000, device="cpu", dtype="float64")
-    kernel = samplers.make("sgld", step_size=1e-7, batch_size=50)
-    kernel.paired = True
+    plain_kernel = samplers.make("sgld", step_size=1e-7, batch_size=50)
+    kernel = llc.Paired(plain_kernel, target, target.w0)
     chains = 8
     state = kernel.init(target.w0.expand(chains, -1), target, torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(1)
     index = torch.randint(target.n, (50,), generator=g)
     noise = torch.randn(chains, target.dim, generator=g, dtype=torch.float64)
-    _, info = kernel.step(state, target, Replay([index, noise]))  # the draws the step makes
+    _, info = kernel.step(state, target, {"xi": noise, "index": index})  # one step's draws
     want = target.loss(target.w0[None], target.batch(index))  # w0's loss, evaluated directly
     torch.testing.assert_close(info.scalars["center_loss"], want.expand(chains))
 
     # A run: L_b(w_t) - L_b(w0) and L_b(w_t) - L_n(w0) estimate the same excess loss. Their
     # difference, L_n(w0) - mean_t L_b_t(w0), averages 400 i.i.d. batches at a fixed point:
     # mean 0 and an SD known from the batch losses themselves.
-    state, info = kernel.run(state, target, g, 400, fused=False)
+    state, info = kernel.run(state, target, g, 400)
     loss, center = info.loss, info.scalars["center_loss"]
     baseline = float(target.full_loss(target.w0[None])[0])
     paired, plain = (loss - center).mean(0), loss.mean(0) - baseline
@@ -217,20 +216,18 @@ def test_every_minibatch_kernel_pairs_each_steps_loss_with_w0s_on_the_same_batch
     import samplers
 
     target = landscapes.make("tanh", n=500, device="cpu", dtype="float64")
-    kernel = samplers.make(name, step_size=1e-12, batch_size=50)
-    kernel.paired = True
+    kernel = llc.Paired(samplers.make(name, step_size=1e-12, batch_size=50), target, target.w0)
     g = torch.Generator().manual_seed(0)
     state = kernel.init(target.w0.expand(3, -1).clone(), target, g)
-    _, info = kernel.run(state, target, g, 4, fused=False)
+    _, info = kernel.run(state, target, g, 4)
     assert float((info.loss - info.scalars["center_loss"]).abs().max()) < 1e-9
 
 
-def test_pairing_a_kernel_after_its_init_is_refused_with_the_remedy():
+def test_a_full_batch_kernel_is_left_unpaired():
     import samplers
 
-    target = landscapes.make("dln", seed=4, n=500, device="cpu")
-    kernel = samplers.make("sgld", step_size=1e-7, batch_size=50)
-    state = kernel.init(target.w0[None], target, torch.Generator().manual_seed(0))
-    kernel.paired = True  # too late: init did not compute every point's loss at w0
-    with pytest.raises(ValueError, match=r"before kernel\.init"):
-        kernel.step(state, target, torch.Generator().manual_seed(1))
+    target = landscapes.make("tanh", n=500, device="cpu", dtype="float64")
+    kernel = llc.Paired(samplers.make("sgld", step_size=1e-6), target, target.w0)
+    g = torch.Generator().manual_seed(0)
+    _, info = kernel.run(kernel.init(target.w0[None], target, g), target, g, 3)
+    assert "center_loss" not in info.scalars and kernel.center_losses is None

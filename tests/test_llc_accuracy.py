@@ -28,7 +28,7 @@ def lam(sampler: str, k, form: str, n: int, eps: float, steps: int, **params):
     g = torch.Generator().manual_seed(0)
     kernel = samplers.make(sampler, step_size=eps, **params)
     state = kernel.init(target.w0.expand(CHAINS, -1).clone(), target, g)
-    _, info = kernel.run(state, target, g, steps, fused=True)
+    _, info = kernel.run(state, target, g, steps, compiled=True)
     est = llc.estimate(info.loss.numpy(), 0.0, 1.0, burn_in=steps // 4)
     assert est.nan_chains == 0
     return est, target

@@ -1,0 +1,202 @@
+"""A block of kernel steps as one compiled call: the same step, the same draws, less dispatch.
+
+Eager PyTorch pays microseconds of dispatch per operation, which dominates a step on a small
+target. A ``Chunk`` runs one block of the run's ``Noise`` (``samplers.base``) through the
+kernel's own ``step``, compiled with ``torch.compile``: on a CPU as a ``scan`` over the block's
+rows (one graph of one step, looped in C++), on CUDA as the compiled step called once per row
+(its kernels queue without a host sync). It reads the rows the eager loop would read, so both
+paths give the same trajectory up to float rounding.
+
+A compile takes seconds (a minute with a cold cache on a small machine). ``start`` compiles in a
+background thread, so a run steps eagerly meanwhile and switches when ``ready``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import warnings
+import weakref
+from dataclasses import fields, replace
+
+import torch
+from torch import Tensor
+
+# -- torch's private API, used here only -------------------------------------------------------
+# torch has no public scan: without one, a block is a Python loop of compiled calls, each paying
+# the call overhead (~10x a small target's compiled step).
+from torch._higher_order_ops.scan import scan
+
+from .base import Info, State
+
+# Inductor lowers ``scan`` to a loop that indexes its buffers with the loop counter, a
+# data-dependent scalar dynamo must be allowed to capture; and every chunk shares this module's
+# code objects, so dynamo's per-code-object recompile limit must allow one entry per chunk. Both
+# settings are thread-local: they are set around each compiled call, never process-wide.
+_SETTINGS = {"capture_scalar_outputs": True, "recompile_limit": 256}
+
+
+def _settings():
+    return torch._dynamo.config.patch(**_SETTINGS)
+
+
+# -- the public side ---------------------------------------------------------------------------
+# cpp_wrapper: the call into the compiled loop from C++ rather than Python, which on a 64-chain
+# 2-D target is most of a block's time (bench/RESULTS.md).
+OPTIONS = {"cpu": {"cpp_wrapper": True}, "cuda": {}}
+
+
+def compile_problem(device_type: str) -> str | None:
+    """Why torch.compile cannot build code for ``device_type`` here, or None when it can:
+    inductor compiles C++ for the CPU and Triton a C launcher for CUDA, so without a compiler
+    (e.g. the python:3.11-slim image) every step runs eagerly instead of failing the run."""
+    if device_type == "cuda":  # Triton's search: $CC, else gcc, else clang
+        names = [os.environ.get("CC"), "gcc", "clang"]
+    else:  # inductor's: $CXX, else the platform's default
+        names = [os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")]
+    if any(name and shutil.which(name) for name in names):
+        return None
+    return "torch.compile finds no C/C++ compiler (set CXX or CC, or install g++)"
+
+
+class Chunk:
+    """``length`` steps of ``kernel`` from states shaped like ``state``, compiled."""
+
+    def __init__(self, kernel, target, state: State, length: int, positions: bool):
+        self.kernel, self.target, self.length, self.positions = kernel, target, length, positions
+        self.template = state
+        self.names = [f.name for f in fields(state) if isinstance(getattr(state, f.name), Tensor)]
+        options = OPTIONS.get(state.position.device.type, {})
+        body = self._scan if state.position.device.type == "cpu" else self._loop
+        self.compiled = torch.compile(body, dynamic=False, options=options)
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    # -- one step as a function of tensors ----------------------------------------------------
+    def _step(self, carry: tuple, noise: dict[str, Tensor]):
+        state = replace(self.template, **dict(zip(self.names, carry, strict=True)))
+        new, info = self.kernel.step(state, self.target, noise)
+        out = []
+        for value in (getattr(new, n) for n in self.names):
+            # scan refuses outputs that alias an input or each other: copy those (small)
+            aliased = any(value is v for v in (*carry, *out))
+            out.append(value.clone() if aliased else value)
+        ys = {"loss": info.loss, "accepted": info.accepted, "diverged": info.diverged.clone()}
+        ys.update(info.scalars)
+        if self.positions:
+            ys["position"] = new.position.clone()
+        return tuple(out), ys
+
+    def _scan(self, carry: tuple, noise: dict[str, Tensor]):
+        keys = list(noise)
+        return scan(
+            lambda c, xs: self._step(c, dict(zip(keys, xs, strict=True))),
+            carry,
+            [noise[k] for k in keys],
+        )
+
+    def _loop(self, carry: tuple, noise: dict[str, Tensor]):
+        ys = []
+        for t in range(self.length):
+            carry, y = self._step(carry, {k: v[t] for k, v in noise.items()})
+            ys.append(y)
+        return carry, {k: torch.stack([y[k] for y in ys]) for k in ys[0]}
+
+    # -- calls ---------------------------------------------------------------------------------
+    def __call__(self, state: State, noise: dict[str, Tensor]) -> tuple[State, Info]:
+        """One block: ``noise`` holds ``length`` rows of each draw."""
+        carry = _unalias(tuple(getattr(state, n) for n in self.names))
+        with _settings():
+            carry, ys = self.compiled(carry, noise)
+        state = replace(state, **dict(zip(self.names, carry, strict=True)))
+        ys = dict(ys)
+        loss, accepted, diverged = ys.pop("loss"), ys.pop("accepted"), ys.pop("diverged")
+        return state, Info(loss, accepted, diverged, ys.pop("position", None), ys)
+
+    def start(self) -> Chunk:
+        """Compile in a background thread (a call on zero draws, its results dropped): the
+        run's generator is not touched, and the caller steps eagerly until ``ready``."""
+        if self.thread is None:
+            zeros = {k: torch.zeros_like(v) for k, v in self._example_noise().items()}
+            example = replace(self.template)
+
+            def warm():
+                try:
+                    self(example, zeros)
+                except Exception as exc:  # reported once by ``ready``; the run goes on eagerly
+                    self.error = exc
+
+            self.thread = threading.Thread(target=warm, name="basin-compile", daemon=True)
+            self.thread.start()
+        return self
+
+    @property
+    def ready(self) -> bool:
+        return self.thread is not None and not self.thread.is_alive() and self.error is None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def wait(self) -> bool:
+        """Block until the compile ends; True when it succeeded."""
+        self.start().thread.join()
+        return self.error is None
+
+    def _example_noise(self) -> dict[str, Tensor]:
+        chains, dim = self.template.position.shape
+        device, dtype = self.template.position.device, self.template.position.dtype
+        draws = self.kernel.draws(self.target, chains, dim)
+        return {
+            k: torch.zeros(
+                (self.length, *d.shape),
+                device=device,
+                dtype=torch.int64 if d.kind == "integers" else dtype,
+            )
+            for k, d in draws.items()
+        }
+
+
+def _unalias(values: tuple) -> tuple:
+    """``values`` with any tensor repeated (an MH state's U and L on a potential) copied."""
+    out = []
+    for v in values:
+        out.append(v.clone() if any(v is o for o in out) else v)
+    return tuple(out)
+
+
+_warned: set[str] = set()
+
+
+def chunk_for(kernel, target, state: State, length: int, positions: bool, wait: bool = False):
+    """The kernel's compiled ``Chunk`` for this target, state shape and block length (one per
+    kernel object, reused by its later runs), started compiling; None where nothing compiles
+    (with one warning a process) or the kernel is not compilable."""
+    if not getattr(kernel, "compilable", True):
+        return None
+    problem = compile_problem(state.position.device.type)
+    if problem is not None:
+        if problem not in _warned:
+            _warned.add(problem)
+            warnings.warn(f"steps run eagerly: {problem}", stacklevel=3)
+        return None
+    cache = kernel.__dict__.setdefault("_chunks", {})
+    key = (
+        id(target),
+        type(state),
+        tuple(state.position.shape),
+        state.position.dtype,
+        str(state.position.device),
+        length,
+        positions,
+    )
+    entry = cache.get(key)
+    if entry is None or entry[0]() is not target:  # ids are reused once a target is freed
+        entry = cache[key] = (weakref.ref(target), Chunk(kernel, target, state, length, positions))
+    chunk = entry[1].start()
+    if wait and not chunk.wait():
+        warnings.warn(f"steps run eagerly: the compile failed ({chunk.error!r})", stacklevel=3)
+        return None
+    return chunk

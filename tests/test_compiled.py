@@ -1,0 +1,174 @@
+"""The compiled chunk is the eager step on the same draws: trajectories agree to float rounding,
+a run's first steps never depend on how many follow, and the noise stream is one for both."""
+
+import math
+import os
+
+import pytest
+import torch
+
+import landscapes
+import samplers
+from samplers.base import Draw, Noise
+from samplers.compiled import chunk_for
+from samplers.llc import Paired
+
+# The tests' device: the CPU, as CI has it; BASIN_TEST_DEVICE=cuda runs the same tests on a GPU.
+DEVICE = os.environ.get("BASIN_TEST_DEVICE", "cpu")
+
+CASES = [
+    ("banana", "sgld", {"step_size": 0.01}),
+    ("banana", "mala", {"step_size": 0.05}),
+    ("banana", "hmc", {"step_size": 0.1, "leapfrog_steps": 3, "jitter": True}),
+    ("banana", "sgnht", {"step_size": 0.01}),
+    ("banana", "adam-sgld", {"step_size": 0.01}),
+    ("banana", "baoab", {"step_size": 0.05}),
+    # minibatch indices from the stream, and an autograd gradient traced through torch.func
+    ("tanh", "sgld", {"step_size": 1e-4, "batch_size": 10}),
+    # full batch: the data a constant of the graph
+    ("mlp", "sgld", {"step_size": 1e-5}),
+]
+
+
+def build(target_name: str, dtype: str = "float64") -> landscapes.Target:
+    params = {"tanh": {"hidden": 2, "n": 100}, "mlp": {"hidden_sizes": (4,)}}.get(target_name, {})
+    return landscapes.make(target_name, device=DEVICE, dtype=dtype, **params)
+
+
+def start(target, kernel, chains=16, seed=0):
+    g = torch.Generator(DEVICE).manual_seed(seed)
+    x0 = target.exact_sample(g, chains) if target.exact_sample else target.initial(g, chains)
+    state = kernel.init(x0, target, g)
+    return state, Noise(kernel.draws(target, chains, target.dim), g, state.position.dtype, 8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("target_name", "name", "params"), CASES)
+def test_compiled_and_eager_runs_agree_over_the_first_50_steps(target_name, name, params):
+    """Six compiled blocks of 8 steps and two eager steps against 50 eager steps, from the same
+    seed: every step's position, loss, acceptance, flags and scalars, and the final state."""
+    target, kernel = build(target_name), samplers.make(name, **params)
+    runs = []
+    for compiled in (False, True):
+        state, noise = start(target, kernel)
+        runs.append(kernel.run(state, target, noise, 50, compiled=compiled, positions=True))
+    (eager, want), (fused, got) = runs
+    close = {"rtol": 1e-9, "atol": 1e-12}  # float64: rounding only
+    torch.testing.assert_close(got.position, want.position, **close)
+    torch.testing.assert_close(got.loss, want.loss, **close)
+    assert torch.equal(got.accepted, want.accepted) and torch.equal(got.diverged, want.diverged)
+    assert got.scalars.keys() == want.scalars.keys() == kernel.observe(eager).keys()
+    for key in want.scalars:
+        torch.testing.assert_close(got.scalars[key], want.scalars[key], **close)
+    assert type(fused) is type(eager)
+    for key, value in vars(eager).items():
+        if value is not None:
+            torch.testing.assert_close(getattr(fused, key), value, **close)
+
+
+def test_a_runs_first_steps_do_not_depend_on_how_many_follow():
+    target, kernel = build("banana"), samplers.make("mala", step_size=0.05)
+    state, noise = start(target, kernel)
+    _, whole = kernel.run(state, target, noise, 30, positions=True)
+    state, noise = start(target, kernel)
+    state, first = kernel.run(state, target, noise, 11, positions=True)  # a cut mid-block
+    _, rest = kernel.run(state, target, noise, 19, positions=True)
+    assert torch.equal(whole.position, torch.cat([first.position, rest.position]))
+    assert torch.equal(whole.accepted, torch.cat([first.accepted, rest.accepted]))
+
+
+def test_the_noise_stream_gives_the_same_numbers_however_its_blocks_are_read():
+    draws = {
+        "xi": Draw("normal", (3, 2)),
+        "u": Draw("uniform", (3,)),
+        "i": Draw("integers", (4,), 9),
+    }
+    a = Noise(draws, torch.Generator(DEVICE).manual_seed(4), torch.float32, 8)
+    b = Noise(draws, torch.Generator(DEVICE).manual_seed(4), torch.float32, 8)
+    whole = [a.take(8), a.take(8)]
+    parts = [b.take(3), b.take(5), b.take(1), b.take(7)]
+    for key in draws:
+        torch.testing.assert_close(
+            torch.cat([w[key] for w in whole]), torch.cat([p[key] for p in parts]), rtol=0, atol=0
+        )
+    g = torch.Generator(DEVICE).manual_seed(4)  # a block: one call per draw, in the listed order
+    assert torch.equal(whole[0]["xi"], torch.randn(8, 3, 2, generator=g, device=DEVICE))
+    assert torch.equal(whole[0]["u"], torch.rand(8, 3, generator=g, device=DEVICE))
+    assert whole[0]["i"].min() >= 0 and whole[0]["i"].max() < 9
+    b.take(7)
+    with pytest.raises(ValueError, match="left in this block"):
+        b.take(2)  # past the block's end: the caller must stop at the boundary
+    # the length follows from the shapes alone: 32 MiB of draws at most, 256 steps at most
+    assert Noise({"xi": Draw("normal", (64, 2))}, g, torch.float32).length == 256
+    big = Noise({"xi": Draw("normal", (8, 1 << 20))}, g, torch.float32)
+    assert big.length == 1 and big.length * 8 * 4 << 20 <= 32 << 20
+
+
+@pytest.mark.slow
+def test_a_paired_compiled_chunk_reports_w0s_loss_on_each_steps_batch():
+    target = build("tanh")
+    g = torch.Generator(DEVICE).manual_seed(0)
+    w0 = target.initial(g, 1)[0]
+    kernel = Paired(samplers.make("sgld", step_size=1e-4, batch_size=10), target, w0)
+    state = kernel.init(w0.expand(4, -1) + 0.01, target, g)
+    noise = kernel.noise_for(state, target, g)
+    block = noise.take(noise.length)
+    chunk = chunk_for(kernel, target, state, noise.length, False, wait=True)
+    _, info = chunk(state, block)
+    for i in range(3):  # w0's loss on step i's batch, evaluated directly
+        want = target.loss(w0[None], target.batch(block["index"][i]))
+        torch.testing.assert_close(info.scalars["center_loss"][i], want.expand(4))
+
+
+@pytest.mark.slow
+def test_a_chain_diverging_inside_a_compiled_block_is_flagged_from_that_step():
+    # SGLD at eps a = 10 multiplies w by -4 per step, so the loss w^2/2 overflows float32 ~29
+    # steps from |w| = 100 and sooner from farther out: four chains, four different steps.
+    target = landscapes.make("gaussian", dim=1, device=DEVICE, dtype="float32")
+    kernel = samplers.make("sgld", step_size=10.0)
+    x0 = torch.tensor([[1e2], [1e4], [1e8], [1e12]], device=DEVICE)
+    runs = []
+    for compiled in (False, True):
+        g = torch.Generator(DEVICE).manual_seed(2)
+        runs.append(kernel.run(kernel.init(x0, target, g), target, g, 80, compiled=compiled)[1])
+    eager, fused = runs
+    first = [int(d.nonzero()[0]) for d in fused.diverged.T]  # each chain's first flagged step
+    assert first == sorted(first, reverse=True) and len(set(first)) == 4 and first[0] < 80
+    assert torch.equal(fused.diverged, eager.diverged)
+    assert torch.equal(fused.diverged, fused.loss.isnan())
+    assert torch.equal(fused.accepted, (~fused.diverged).float())
+
+
+@pytest.mark.parametrize("name", ["sghmc", "sgnht", "baoab"])
+def test_each_step_records_the_kinetic_energy_and_thermostat_of_its_state(name):
+    target = landscapes.make("banana", device=DEVICE, dtype="float64")
+    kernel = samplers.make(name, step_size=0.01)
+    g = torch.Generator(DEVICE).manual_seed(0)
+    state = kernel.init(target.exact_sample(g, 8), target, g)
+    for _ in range(3):
+        state, info = kernel.run(state, target, g, 1)
+        p = state.p  # recomputed here, independently of ``observe``
+        torch.testing.assert_close(info.scalars["kinetic"][0], 0.5 * (p**2).sum(-1))
+        if name == "sgnht":
+            assert torch.equal(info.scalars["thermostat"][0], state.alpha)
+    assert math.isfinite(float(info.loss.sum()))
+    mala = samplers.make("mala", step_size=0.1)
+    assert mala.run(mala.init(state.position, target, g), target, g, 1)[1].scalars == {}
+
+
+@pytest.mark.slow
+def test_a_compile_in_a_background_thread_serves_the_callers_thread():
+    # torch keeps the compiler's settings per thread: the compile runs in a thread of its own
+    # while the caller steps eagerly, then the caller runs the compiled block
+    target = landscapes.make("banana", device=DEVICE)
+    kernel = samplers.make("hmc", step_size=0.1, leapfrog_steps=3)
+    state, noise = start(target, kernel)
+    chunk = chunk_for(kernel, target, state, noise.length, False)
+    while not (chunk.ready or chunk.failed):
+        state, _ = kernel.run(state, target, noise, noise.left or noise.length)
+    assert chunk.ready, chunk.error
+    assert chunk_for(kernel, target, state, noise.length, False) is chunk  # reused
+    block = noise.take(noise.length)
+    want, _ = kernel.eager(state, target, block)
+    got, _ = chunk(state, block)
+    torch.testing.assert_close(got.position, want.position, rtol=1e-5, atol=1e-6)
