@@ -3,7 +3,7 @@
     python -m bench setup-peer [--cuda]     # bench/.peer-venv with jax, blackjax, scikit-learn
     python -m bench engine [--repeats 5] [--steps 512] [--quick] [--device auto|cpu|cuda]
                            [--chains 64,4096] [--no-record]
-    python -m bench jobs [--repeats 5] [--thin 1,10] [--no-record]
+    python -m bench jobs [--repeats 5] [--thin 1,10] [--quick] [--no-record]
     python -m bench setup-devinterp         # bench/.devinterp-venv with devinterp 1.3.2
     python -m bench llc [--repeats 5] [--quick] [--no-record]
     python -m bench surface [--repeats 5] [--quick] [--no-record]
@@ -29,19 +29,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jobs as _jobs  # first: torch's allocator and libgomp options, as in a worker
-
 from .cases import CASES, case_chains
-
-if __name__ == "__main__":
-    _jobs.restart_tuned()  # and glibc's, as a worker starts with them (jobs/__init__.py)
 
 BENCH = Path(__file__).resolve().parent
 PEER_VENV = BENCH / ".peer-venv"
 PEER_PYTHON = PEER_VENV / "bin" / "python"
 RESULTS = BENCH / "RESULTS.md"
-# 512: whole compiled chunks of 256 steps (bench.engine.BasinCase.advance), none padded
-STEPS, QUICK_STEPS, REPEATS = 512, 20, 5
+# 512: two whole noise blocks of 256 steps, each a compiled chunk (bench.engine.BasinCase);
+# the quick run's one block still compiles
+STEPS, QUICK_STEPS, REPEATS = 512, 256, 5
+QUICK_JOBS_STEPS = 2000  # ``jobs --quick``: a smoke test of both sides, far too short to read
 # A measurement lasts at least this long (its step count doubles from STEPS until Basin's takes
 # this long, and both sides then run that many): 512 steps at 64 chains last ~3 ms, which times
 # thread wake-ups and the other runtime's still-spinning threads, not the sampler.
@@ -94,11 +91,6 @@ def now() -> str:
 def machine(*details: str) -> str:
     """The "Machine: ..." line of a results block, with the bench's own details after it."""
     where = [f"{platform.platform()}, {os.cpu_count()} CPUs", f"Python {platform.python_version()}"]
-    # torch's CPU tensors from malloc only where this process imported samplers (which installs it)
-    ours = sys.modules.get("samplers.allocator")
-    tunables = os.environ.get("GLIBC_TUNABLES", "unset")
-    where.append(f"CPU allocator {'malloc' if ours and ours.active() else 'torch'}")
-    where.append(f"GLIBC_TUNABLES={tunables}")
     return "Machine: " + "; ".join([*where, *details]) + "."
 
 
@@ -220,23 +212,26 @@ def jobs(args: argparse.Namespace) -> None:
     from . import jobs as bench_jobs  # imports torch
 
     thins = tuple(int(t) for t in args.thin.split(","))
-    print(f"median of {args.repeats} repeats, turns, from rest\n{bench_jobs.HEADER}")
-    rows = bench_jobs.run(args.repeats, thins)
-    if args.no_record:
+    repeats = 1 if args.quick else args.repeats
+    print(f"median of {repeats} repeats, turns, from rest\n{bench_jobs.HEADER}")
+    rows = bench_jobs.run(repeats, thins, QUICK_JOBS_STEPS if args.quick else None)
+    if args.no_record or args.quick:
+        print("(not recorded: --no-record or --quick)")
         return
     stamp = now()
     block = [
         f"## {stamp}: jobs overhead",
         "",
-        f"`python -m bench {shlex.join(sys.argv[1:])}`: bare `kernel.run` in the loop's blocks, "
-        f"tracing the positions the spec records (held up to a flush's 32 MB, then dropped) vs "
-        f"the sampling loop of `jobs.run.execute` into a fresh Store (blocks, records, flushes "
-        f"written behind the loop, progress); the last column is the whole run (target "
-        f"build, summary with ESS and R-hat). Median of {args.repeats}, the sides taking turns "
+        f"`python -m bench {shlex.join(sys.argv[1:])}`: bare `kernel.run` in the loop's blocks "
+        f"(`jobs.run.plan`), tracing the positions the spec records (held up to a flush's "
+        f"32 MB, then dropped) vs "
+        f"the sampling loop of `jobs.run.execute` into a fresh Store (blocks, records, flushes, "
+        f"progress); the last column is the whole run (target build, summary with ESS and "
+        f"R-hat). Median of {args.repeats}, the sides taking turns "
         f"to go first, each timed from rest ({bench_jobs.SETTLE_S:g} s idle before it); the "
         "overhead is the median of each repeat's jobs / bare, and the range is theirs. The "
         "control, `bare while writing them`, times the bare side while a plain thread writes "
-        "the jobs side's bytes with O_DIRECT (the median of its ratios to bare): the disk's "
+        "the jobs side's bytes to a plain file (the median of its ratios to bare): the disk's "
         "own cost. Goal (issue 4): overhead <= 10%.",
         "",
         machine(),
@@ -258,20 +253,21 @@ def llc_bench(args: argparse.Namespace) -> None:
     rows = []
     for name in ("normal-crossing", "dln"):
         r = results[name]
-        warm = statistics.median(r["basin_warm_s"])
         peer = r["devinterp"] or {}
         peer_s = peer.get("seconds")
-        b = r["basin"]
         peer_llc = f"{fmt(peer['llc_mean'], 4)} +- {fmt(peer['llc_std'], 2)}" if peer else "-"
         if peer.get("llc_mean_full_init") is not None:
             peer_llc += f" (full-data baseline: {fmt(peer['llc_mean_full_init'], 4)})"
-        rows.append(
-            f"| {name} | {r['true']:g} | {fmt(b['mean'], 4)} +- {fmt(b['std'], 2)} | "
-            f"{'compiled' if b['compiled'] else 'eager'} | "
-            f"{peer_llc} | {r['basin_cold_s']:.2f} | {warm:.3f} | {fmt(peer_s, 4)} | "
-            f"{fmt(peer_s / r['basin_cold_s'] if peer_s else None)} | "
-            f"{fmt(peer_s / warm if peer_s else None)} |"
-        )
+        for path in bench_llc.PATHS:  # one row per path: eager, then compiled chunks
+            b, cold = r["basin"][path], r["basin_cold_s"][path]
+            warm = statistics.median(r["basin_warm_s"][path])
+            steps = "compiled" if b["compiled"] else "eager"
+            rows.append(
+                f"| {name} | {r['true']:g} | {fmt(b['mean'], 4)} +- {fmt(b['std'], 2)} | "
+                f"{steps} | {peer_llc} | {cold:.2f} | {warm:.3f} | {fmt(peer_s, 4)} | "
+                f"{fmt(peer_s / cold if peer_s else None)} | "
+                f"{fmt(peer_s / warm if peer_s else None)} |"
+            )
     cost = results["step_cost"]
     nc = results["normal-crossing"]
     errors = [m - nc["true"] for m in nc["seeds"]]
@@ -288,8 +284,9 @@ def llc_bench(args: argparse.Namespace) -> None:
         f"## {stamp}: LLC, Basin vs devinterp 1.3.2",
         "",
         f"`python -m bench {shlex.join(sys.argv[1:])}`. Basin: median of {args.repeats} warm "
-        "repeats after one cold run (its compile included where it compiles: Basin steps); "
-        "devinterp: one run per case (its "
+        "repeats after one cold run, eagerly and with compiled chunks (the cold one with its "
+        "compile), each repeat a fresh `llc.Paired` wrap as an LLC run makes; devinterp: one "
+        "run per case (its "
         "estimator call). LLC: mean +- SD over chains. Goal (issue 5): devinterp / Basin >= 200 "
         "on normal-crossing at equal or better accuracy; 100K-class DLN step <= 1.2 x a bare "
         "forward + backward.",
@@ -304,7 +301,7 @@ def llc_bench(args: argparse.Namespace) -> None:
         seeds,
         "",
         f"100K-class DLN (widths {cost['widths']}, d = {cost['dim']}), one chain, batch 500, "
-        f"{cost['steps']} steps a timing (whole compiled chunks), ms per step: "
+        f"{cost['steps']} steps a timing (whole noise blocks), ms per step: "
         f"bare forward + backward {cost['bare'] * 1e3:.2f}, Basin SGLD eager "
         f"{cost['eager'] * 1e3:.2f} ({cost['eager'] / cost['bare']:.2f}x), compiled "
         f"{cost['compiled'] * 1e3:.2f} ({cost['compiled'] / cost['bare']:.2f}x); compiled and "
@@ -320,7 +317,6 @@ def surface_bench(args: argparse.Namespace) -> None:
 
     r = bench_surface.run(args.repeats, args.quick)
     s = r["surface"]
-    sec, sec64 = s["seconds"], r["surface64"]["seconds"]
     print(json.dumps({k: v for k, v in r.items() if k != "pca"} | {"pca": r["pca"]}, indent=1))
     if args.no_record or args.quick:
         return
@@ -349,14 +345,8 @@ def surface_bench(args: argparse.Namespace) -> None:
         f"(a) Digits MLP 64-32-10 (d = {s['dim']}, full training split n = {s['n']}), 41 x 41 "
         f"grid on filter-normalised random directions, median of {len(s['all_seconds']['batched'])}"
         " alternating repeats, in float32, and in float64 (the rows marked float64: surfaces"
-        " default to float64). Basin batched: "
-        + (
-            "the compiled kernel `landscapes/plane_kernel.cpp` (on a CPU; its one-time "
-            f"build took {s['kernel']:.1f} s here, then cached)"
-            if s["kernel"]
-            else "torch's operations (plane_kernel.cpp could not be built here)"
-        )
-        + f"; torch's operations: the path of a GPU or of a machine without a C++ compiler, at "
+        " default to float64). Basin batched: the grid points as chains of one target "
+        "(`landscapes.surface.grid_losses`, the first layer computed once per direction), at "
         f"most {s['chunk']} grid points per batched pass.",
         "",
         "| side | seconds | side / batched | max rel. diff. from batched |",
@@ -371,7 +361,6 @@ def surface_bench(args: argparse.Namespace) -> None:
                     f"{t['seconds'][side] / t['seconds']['batched']:.1f} | "
                     f"{t['max_rel_diff'][side]:.1e} |"
                     for side, label in (
-                        ("batched_torch", "Basin batched, torch's operations"),
                         ("loop_target", "loop, same target one point at a time"),
                         ("loop_module", "loop, nn.Sequential + vector_to_parameters (Li et al.)"),
                     )
@@ -391,12 +380,6 @@ def surface_bench(args: argparse.Namespace) -> None:
                 f"{case['max_rel_diff']['loop_target']:.1e} |",
             )
         ),
-        "",
-        "Against torch's operations, the loops take "
-        f"{sec['loop_target'] / sec['batched_torch']:.1f}x (same target) and "
-        f"{sec['loop_module'] / sec['batched_torch']:.1f}x (Li et al.) in float32, "
-        f"{sec64['loop_target'] / sec64['batched_torch']:.1f}x and "
-        f"{sec64['loop_module'] / sec64['batched_torch']:.1f}x in float64.",
         "",
         "(b) PCA of a Gaussian random walk, 2000 snapshots x d = 10^5 (float32, 0.75 GiB), "
         "100 components; each run in a fresh process. Peak RSS is the process's whole peak "
@@ -448,6 +431,49 @@ def app_bench(args: argparse.Namespace) -> None:
     record(block)
 
 
+def live_bench(args: argparse.Namespace) -> None:
+    from . import live as bench_live
+
+    rows = bench_live.run(args.repeats, args.steps, args.chains)
+    print(json.dumps(rows, indent=1))
+    if args.no_record:
+        return
+
+    def median(key: str) -> str:
+        return f"{statistics.median(r[key] for r in rows):.2f}"
+
+    def each(key: str) -> str:
+        return ", ".join(f"{r[key]:.2f}" for r in rows)
+
+    switched = sum(bool(r["compiled"]) for r in rows)
+    record(
+        [
+            "",
+            f"## {now()}: live from the first second",
+            "",
+            f"`python -m bench {shlex.join(sys.argv[1:])}`: banana SGLD, {args.chains} chains x "
+            f"{args.steps} steps, compile auto, submitted to a warm `python -m jobs worker` with "
+            "an empty inductor cache of its own each repeat (a cold compile); the store polled "
+            f"every {bench_live.POLL_S} s. Goals (issue 36): first records within 1 s, no gap "
+            "over 2 s while the compile runs.",
+            "",
+            machine(f"torch {__import__('torch').__version__}"),
+            "",
+            "| measurement | median | all |",
+            "|---|---:|---|",
+            f"| submit -> first records (s) | {median('first_records_s')} | "
+            f"{each('first_records_s')} |",
+            f"| longest gap between record updates (s) | {median('max_gap_s')} | "
+            f"{each('max_gap_s')} |",
+            f"| whole run, submit to completed (s) | {median('run_s')} | {each('run_s')} |",
+            "",
+            f"Runs that switched to the compiled chunk before their end: {switched} of "
+            f"{len(rows)}.",
+            "",
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -465,6 +491,9 @@ def main() -> None:
     overhead = sub.add_parser("jobs", help="run-through-jobs overhead vs the bare sampler loop")
     overhead.add_argument("--repeats", type=int, default=5)
     overhead.add_argument("--thin", default="1,10", help="thinning values to measure")
+    overhead.add_argument(
+        "--quick", action="store_true", help=f"{QUICK_JOBS_STEPS} steps, 1 repeat, not recorded"
+    )
     overhead.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     sub.add_parser("setup-devinterp", help="create bench/.devinterp-venv with devinterp 1.3.2")
     llc = sub.add_parser("llc", help="LLC estimates, Basin vs devinterp 1.3.2")
@@ -479,8 +508,15 @@ def main() -> None:
     app.add_argument("--repeats", type=int, default=5)
     app.add_argument("--quick", action="store_true", help="two clicks, three reruns, not recorded")
     app.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    live = sub.add_parser("live", help="submit to first records, and gaps while compiling")
+    live.add_argument("--repeats", type=int, default=3)
+    live.add_argument("--steps", type=int, default=20_000)
+    live.add_argument("--chains", type=int, default=64)
+    live.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args()
-    if args.command == "app":
+    if args.command == "live":
+        live_bench(args)
+    elif args.command == "app":
         app_bench(args)
     elif args.command == "surface":
         surface_bench(args)

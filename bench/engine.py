@@ -1,9 +1,8 @@
 """Basin's side of ``python -m bench engine``: kernels from ``samplers.make`` on targets from
-``landscapes.make``, timed over ``kernel.run`` in calls of one compiled chunk."""
+``landscapes.make``, timed over ``kernel.run(..., compiled=True)`` in calls of one noise block."""
 
 from __future__ import annotations
 
-import os
 import platform
 import time
 
@@ -11,7 +10,6 @@ import torch
 
 import landscapes
 import samplers
-from samplers.fused import MAX_CHUNK, Ahead
 
 from .cases import CASES, TARGETS
 
@@ -33,7 +31,8 @@ def build_target(name: str, device: str) -> landscapes.Target:
 
 
 class BasinCase:
-    """One case at one chain count; the state carries over from one measurement to the next."""
+    """One case at one chain count; the state and its noise stream carry over from one
+    measurement to the next."""
 
     def __init__(self, name: str, chains: int, device: str = "auto"):
         case = CASES[name]
@@ -44,22 +43,18 @@ class BasinCase:
         self.generator = torch.Generator(device=self.target.device).manual_seed(0)
         start = self.target.initial(self.generator, chains)
         self.state = self.kernel.init(start, self.target, self.generator)
-        self.ahead = Ahead()
+        self.noise = self.kernel.noise_for(self.state, self.target, self.generator)
 
     def advance(self, steps: int) -> None:
-        """``steps`` steps in ``kernel.run`` calls of one compiled chunk each (MAX_CHUNK steps),
-        sharing an ``Ahead``, every call's per-step records (loss, accepted, diverged) computed
-        and then dropped, as the jobs loop runs a run in blocks of at most one chunk. One call of
-        all the steps would also stack every step's records into one fresh array, which the
-        jobs loop does not make (it writes each block's records as they are) nor the peer's
-        scan: 150 MB of copies into new pages for 4000 steps at 4096 chains, 25% of that case's
-        time (bench/RESULTS.md, 2026-11-25 09:59 reading)."""
-        for start in range(0, steps, MAX_CHUNK):
-            n = min(MAX_CHUNK, steps - start)
-            self.state, _ = self.kernel.run(
-                self.state, self.target, self.generator, n, fused=True, ahead=self.ahead
-            )
-        self.ahead.close()  # a draw left pending would run on into the peer's measurement
+        """``steps`` steps in ``kernel.run`` calls of one noise block each (whole blocks run as
+        the compiled chunk), every call's per-step records computed and then dropped, as the
+        jobs loop runs a run in blocks; one call of all the steps would also stack every step's
+        records into one fresh array, which neither the jobs loop nor the peer's scan makes."""
+        length = self.noise.length
+        while steps > 0:
+            n = min(steps, self.noise.left or length)
+            self.state, _ = self.kernel.run(self.state, self.target, self.noise, n, compiled=True)
+            steps -= n
 
     def seconds(self, steps: int) -> float:
         """Wall time of ``steps`` steps of all chains, device work included."""
@@ -84,7 +79,4 @@ def describe(device: str) -> str:
     """torch version, threads and the device Basin runs on."""
     dev = landscapes.resolve_device(device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
-    threads = f"{torch.get_num_threads()} threads"
-    if dev.type == "cpu":  # set by ``import jobs`` as in Basin's workers (jobs/__init__.py)
-        threads += f", GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}"
-    return f"torch {torch.__version__} ({threads}), device {dev} ({name})"
+    return f"torch {torch.__version__} ({torch.get_num_threads()} threads), device {dev} ({name})"

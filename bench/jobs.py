@@ -1,30 +1,25 @@
 """``python -m bench jobs``: what running through jobs costs over the bare sampler loop.
 
 Both sides run the same spec on the same device after a warm-up (compiled chunks cached): the
-bare side is ``kernel.run`` in the loop's blocks, tracing what the spec records, held as the
-jobs loop holds them between flushes and then dropped; the jobs side is the sampling loop of
-``jobs.run.execute`` into a fresh Store (blocks, records kept on the device, flushes written
-behind the loop, progress), and, in the last column, the whole run (building the target, the
-summary). Median of the repeats, each side timed from rest and the two taking turns to go
-first (``SETTLE_S``); the overhead is the median of each repeat's jobs / bare, shown with the
-range of those ratios. A third side is the control: the bare side again while a plain thread
-writes as many bytes as the jobs side's Store did (``bare_writing``), which reads what the
-machine's disk alone costs the sampler. The specs ask for compiled chunks (``compile:
-always``), the path with the shortest steps and so the one where the loop's own cost weighs
-most.
+bare side is ``kernel.run`` in the loop's blocks (``jobs.run.plan``), carrying one noise stream
+and tracing the positions the spec records, held as the jobs loop holds them between flushes
+and then dropped; the jobs side is the sampling loop of ``jobs.run.execute`` into a fresh Store
+(blocks, records, flushes, progress), and, in the last column, the whole run (building the
+target, the summary). Median of the repeats, each side timed from rest and the two taking turns
+to go first (``SETTLE_S``); the overhead is the median of each repeat's jobs / bare, shown with
+the range of those ratios. A third side is the control: the bare side again while a plain
+thread writes as many bytes as the jobs side's Store did to a plain file (``bare_writing``),
+which reads what the machine's disk alone costs the sampler. The specs ask for compiled chunks
+(``compile: always``), the path with the shortest steps and so the one where the loop's own
+cost weighs most.
 
-Both cases run 20,000 steps. At 5,000 the MLP's run lasted ~0.33 s, and on this shared 2-core
-VM one such measurement swung by +-15% from the next on either side, so five repeats read its
-overhead anywhere from +1% to +54% (bench/RESULTS.md, 2026-11-25); at 20,000 steps (~1.4 s)
-the same pairs read -5..+9%. What a run costs once (~20 ms: its first flush, the final write of
-its PCA snapshots) is in bench/RESULTS.md, for a reader who wants a short run's figure.
+Both cases run 20,000 steps: at a few thousand, one run lasts a fraction of a second and the
+noise of a shared machine swamps the overhead (bench/RESULTS.md has the readings).
 """
 
 from __future__ import annotations
 
 import gc
-import mmap
-import os
 import statistics
 import tempfile
 import threading
@@ -33,10 +28,9 @@ from pathlib import Path
 
 import torch
 
-from jobs.run import FLUSH_BYTES, block_steps, execute, projection
+from jobs.run import FLUSH_BYTES, execute, plan, projection
 from jobs.spec import build, estimate, parse_spec
 from jobs.store import Store
-from samplers.fused import Ahead
 
 CASES = {
     "banana-sgld": {
@@ -57,35 +51,33 @@ CASES = {
 
 
 def bare(spec) -> float:
-    """The sampler alone: ``kernel.run`` in the jobs loop's blocks, tracing the positions the
-    spec records (all of them, or their projection), each block's Info held until FLUSH_BYTES
-    of them are, as the jobs loop holds its records between flushes, then dropped instead of
-    written. What jobs adds is then what issue 4 counts: thinning, flushing and storing the
-    records. (Dropping each block's Info at once made this side bimodal at thin 1, 0.84 or
-    1.03 s a run from one run to the next: its 3 MB blocks were freed and faulted in anew.)
-    Its calls share an ``Ahead`` as the jobs loop's do: a block's noise is drawn during the
-    previous block where the chunk runs on one thread."""
+    """The sampler alone: ``kernel.run`` in the jobs loop's blocks, carrying one noise stream,
+    tracing the positions the spec records (all of them, or their projection), each block's
+    Info held until FLUSH_BYTES of them are, as the jobs loop holds its records between
+    flushes, then dropped instead of written. What jobs adds is then what issue 4 counts:
+    thinning, flushing and storing the records. (Dropping each block's Info at once made this
+    side bimodal: its blocks were freed and faulted in anew.)"""
     target, kernel, device = build(spec)
     g = torch.Generator(device=device).manual_seed(spec.seed)
     state = kernel.init(target.initial(g, spec.chains), target, g)
+    noise = kernel.noise_for(state, target, g)
     est = estimate(spec)
-    record = est.positions == "all"
+    positions = est.positions != "none"
+    basis = None
     if est.positions == "projection":
-        record = projection(spec, est.dim, device, state.position.dtype)
-    block = block_steps(spec, target.dim)
+        basis = projection(spec, est.dim, device, state.position.dtype)
+    # "always" and the loop's switch once compiled alike: whole blocks compiled, the rest eager
+    compiled = spec.compile != "never"
     held, held_bytes = [], 0
-    ahead = Ahead()
     start = time.perf_counter()
-    for done in range(0, spec.steps, block):
-        n = min(block, spec.steps - done)
-        state, info = kernel.run(state, target, g, n, kernel.fusable, positions=record, ahead=ahead)
-        held.append(info)
-        held_bytes += sum(
-            t.nbytes for t in (info.loss, info.diverged, info.position) if t is not None
-        )
+    for _, n in plan(spec.steps, noise.length, spec.flush_every):
+        state, info = kernel.run(state, target, noise, n, compiled=compiled, positions=positions)
+        traced = info.position if basis is None else info.position @ basis
+        kept = [t for t in (info.loss, info.diverged, traced) if t is not None]
+        held.append(kept)  # a projection's full positions dropped, as the loop's Recorder does
+        held_bytes += sum(t.nbytes for t in kept)
         if held_bytes >= FLUSH_BYTES:
             held, held_bytes = [], 0
-    ahead.close()  # as the jobs loop does, waiting for the last draw ahead
     info.loss.sum().item()  # the device's work is done
     return time.perf_counter() - start
 
@@ -108,21 +100,11 @@ WRITE_CHUNK = 8 << 20
 
 
 def write_plainly(path: str, nbytes: int) -> None:
-    """``nbytes`` to a new file at ``path`` in WRITE_CHUNK writes, bypassing the page cache
-    where the file system allows, as the Store writes its records: no jobs code involved."""
-    chunk = mmap.mmap(-1, WRITE_CHUNK)  # page-aligned, as O_DIRECT needs
-    chunk.write(b"\x01" * WRITE_CHUNK)
-    flags = os.O_WRONLY | os.O_CREAT
-    try:
-        fd = os.open(path, flags | getattr(os, "O_DIRECT", 0), 0o644)
-    except OSError:  # a file system without O_DIRECT: through the page cache
-        fd = os.open(path, flags, 0o644)
-    try:
+    """``nbytes`` to a new plain file at ``path`` in WRITE_CHUNK writes: no jobs code involved."""
+    chunk = b"\x01" * WRITE_CHUNK
+    with open(path, "wb", buffering=0) as f:
         for offset in range(0, nbytes, WRITE_CHUNK):
-            os.pwrite(fd, chunk, offset)
-    finally:
-        os.close(fd)
-        chunk.close()
+            f.write(chunk[: min(WRITE_CHUNK, nbytes - offset)])
 
 
 def bare_writing(spec, nbytes: int) -> float:
@@ -138,11 +120,9 @@ def bare_writing(spec, nbytes: int) -> float:
             writer.join()
 
 
-# A run's summary is seconds of ArviZ on the records (8 s for the 1 GB of the banana at thin 1),
-# and a side timed right after it ran slower on this host, for seconds: in a scratch A/B, bare
-# right after a thin-1 run read 0.98 s where it read 0.79 s after itself, so the overhead read
-# -8% where the sides timed from rest give +15..+33% (bench/RESULTS.md, 2026-11-25 05:57 and
-# 06:10). So every timed side starts from rest, and the sides take turns going first.
+# A side timed right after a run's summary (seconds of ArviZ on its records) ran slower for
+# seconds after it (bench/RESULTS.md), so every timed side starts from rest, and the sides take
+# turns going first.
 SETTLE_S = 3.0
 
 
@@ -152,11 +132,12 @@ def rested(fn, *args):
     return fn(*args)
 
 
-def run(repeats: int, thins: tuple[int, ...]) -> list[str]:
+def run(repeats: int, thins: tuple[int, ...], steps: int | None = None) -> list[str]:
+    """One table row per case and thinning; ``steps`` overrides the cases' (a quick run)."""
     rows = []
     for name, case in CASES.items():
         for thin in thins:
-            spec = parse_spec({**case, "thin": thin})
+            spec = parse_spec({**case, "thin": thin} | ({"steps": steps} if steps else {}))
             bare(spec)  # warm-up: compile (cached on disk afterwards)
             written = through_jobs(spec)[2]
             times = {"bare": [], "jobs": [], "total": [], "disk": []}

@@ -3,9 +3,8 @@
     python -m bench.kernels_per_step '{}'                      # the options Basin compiles with
     python -m bench.kernels_per_step '{"max_autotune_gemm": true}'
 
-Times 5 x 4096 graphed steps of each case (median) and counts the device operations that
-torch.profiler records over 256 more; prints the most frequent kernels. The readings of
-bench/RESULTS.md's 12:02/12:11 entry came from this script.
+Times 5 x 4096 compiled steps of each case (median) and counts the device operations that
+torch.profiler records over 256 more; prints the most frequent kernels.
 """
 
 from __future__ import annotations
@@ -16,23 +15,22 @@ import statistics
 import sys
 import time
 
-import jobs  # noqa: F401  (first: torch's allocator option, as a worker has it)
-import samplers.fused as fused
+import torch
+
+from samplers import compiled
 
 from .engine import BasinCase
 
-STEPS, PROFILED = 4096, 256
+STEPS, PROFILED = 4096, 256  # whole noise blocks of 256 steps: every step compiled
 
 
 def main(options: dict) -> None:
-    import torch  # after ``jobs``, like the workers' torch
-
-    fused.COMPILE_OPTIONS["cuda"] = options
+    compiled.OPTIONS["cuda"] = options  # read when a case's chunk is built
     cases = [("mlp-sgld", 1), ("mlp-sgld", 8), ("banana-sgld", 64), ("banana-hmc", 64)]
     for name, chains in cases:
         start = time.perf_counter()
         case = BasinCase(name, chains, "cuda")
-        case.seconds(PROFILED)  # compiles and captures
+        case.seconds(PROFILED)  # compiles
         first = time.perf_counter() - start
         step_us = statistics.median(case.seconds(STEPS) for _ in range(5)) / STEPS * 1e6
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

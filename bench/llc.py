@@ -9,13 +9,14 @@
 (c) per-step cost on a 100K-class DLN (one chain, batch 500): Basin's SGLD step against a bare
     forward + backward pass of the same batch in plain torch, the floor for a gradient sampler.
 
-Basin's time is the whole estimate in this process: build the target, run the chains, average.
-The chains run as compiled chunks where a run of the same spec would (``worth_compiling``: when
-the compile pays for itself within the run), else eagerly; "cold" is the first call in a fresh
-process (with the compile, if any; inductor's disk cache makes it shorter after the first ever
-run), "warm" is the median of later repeats.
+Basin's time is the whole estimate in this process: build the target, run the chains (wrapped
+in ``llc.Paired`` as an LLC run is), average; eagerly, and with ``compiled=True`` (whole noise
+blocks as compiled chunks). "cold" is each path's first call in a fresh process (the target's
+build and, compiled, the compile: inductor's disk cache makes it shorter after the first ever
+run), "warm" is the median of later repeats, which reuse the target and kernel as a warm
+worker does (``jobs.spec.build``) and wrap it anew as its LLC runs do.
 devinterp's is the one call of its estimator (bench/peer_devinterp.py), run once per case: at
-~5 minutes a run, repeats would take longer than the machine's patience.
+minutes a run, repeats would take longer than the machine's patience.
 """
 
 from __future__ import annotations
@@ -33,31 +34,47 @@ import torch
 import landscapes
 import samplers
 from samplers import llc
-from samplers.fused import compiled_entry, worth_compiling
+from samplers.compiled import compile_problem
 
 BENCH = Path(__file__).resolve().parent
 PEER_PYTHON = BENCH / ".devinterp-venv" / "bin" / "python"
 SEEDS = 10  # Basin's normal-crossing estimate again with these many other seeds (same data)
 
 
-def basin_estimate(
-    target, sampler: str, chains: int, steps: int, seed: int = 0, **params
-) -> tuple[float, dict]:
-    """(seconds, estimate) of one LLC estimate from the target's w0, end to end."""
-    start = time.perf_counter()
+PATHS = ("eager", "compiled")
+
+
+def basin_estimate(target, kernel, chains: int, steps: int, seed: int, compiled: bool) -> dict:
+    """One LLC estimate from the target's w0, its chains run by ``kernel``."""
     g = torch.Generator().manual_seed(seed)
-    kernel = samplers.make(sampler, **params)
-    kernel.paired = True  # as an LLC run does: batch losses paired with w0's on the same batch
-    w0 = target.w0.expand(chains, -1).clone()
-    state = kernel.init(w0, target, g)
-    fused = worth_compiling(kernel, state, target, steps)  # as a run of this spec decides
-    _, info = kernel.run(state, target, g, steps, fused=fused)
+    paired = llc.Paired(kernel, target, target.w0)  # as an LLC run: batch losses paired with w0's
+    state = paired.init(target.w0.expand(chains, -1).clone(), target, g)
+    _, info = paired.run(state, target, g, steps, compiled=compiled)
     if "center_loss" in info.scalars:  # minibatches: L_b(w_t) - L_b(w0) has the excess's mean
         excess, baseline = info.loss - info.scalars["center_loss"], 0.0
     else:
         excess, baseline = info.loss, float(target.full_loss(target.w0[None])[0])
     est = llc.estimate(excess.numpy(), baseline, kernel.nbeta_for(target))
-    return time.perf_counter() - start, {**est.as_dict(), "compiled": fused}
+    # compiled=True steps eagerly where nothing compiles: say which ran
+    ran = compiled and compile_problem(target.device.type) is None
+    return {**est.as_dict(), "compiled": ran}
+
+
+def estimator(make, sampler: str, chains: int, steps: int, **params):
+    """``go(seed, compiled) -> (seconds, estimate)``: each path builds its own target and kernel
+    on its first call (timed) and reuses them after; the ``llc.Paired`` wrap is new for every
+    estimate, as ``jobs.run.execute`` makes one for every LLC run."""
+    built: dict[bool, tuple] = {}
+
+    def go(seed: int = 0, compiled: bool = False) -> tuple[float, dict]:
+        start = time.perf_counter()
+        if compiled not in built:
+            built[compiled] = make(), samplers.make(sampler, **params)
+        target, kernel = built[compiled]
+        est = basin_estimate(target, kernel, chains, steps, seed, compiled)
+        return time.perf_counter() - start, est
+
+    return go
 
 
 def normal_crossing(chains: int, steps: int):
@@ -66,10 +83,8 @@ def normal_crossing(chains: int, steps: int):
             "polynomial", powers=(1, 2), x_std=2.0, noise_std=0.25, n=1000, seed=42, device="cpu"
         )
 
-    def run(seed: int = 0):
-        return basin_estimate(make(), "sgld", chains, steps, seed, step_size=4e-4, localization=0.0)
-
-    return run, ["normal-crossing", "--chains", str(chains), "--draws", str(steps)], 0.25
+    go = estimator(make, "sgld", chains, steps, step_size=4e-4, localization=0.0)
+    return go, ["normal-crossing", "--chains", str(chains), "--draws", str(steps)], 0.25
 
 
 def small_dln(chains: int, steps: int, workdir: Path):
@@ -80,15 +95,11 @@ def small_dln(chains: int, steps: int, workdir: Path):
     layers = target.unflatten(target.w0[None])
     np.savez(workdir / "w0.npz", **{k: v[0].numpy() for k, v in layers.items()})
     np.savez(workdir / "data.npz", x=target.x.numpy(), y=target.y.numpy())
-
-    def run():
-        return basin_estimate(
-            make(), "sgld", chains, steps, step_size=1e-6, batch_size=500, localization=1.0
-        )
-
+    params = {"step_size": 1e-6, "batch_size": 500, "localization": 1.0}
+    go = estimator(make, "sgld", chains, steps, **params)
     peer = ["dln", "--chains", str(chains), "--draws", str(steps), "--lr", "1e-6"]
     peer += ["--w0-file", str(workdir / "w0.npz"), "--data-file", str(workdir / "data.npz")]
-    return run, peer, target.true_llc[0]
+    return go, peer, target.true_llc[0]
 
 
 def peer(args: list[str]) -> dict | None:
@@ -104,18 +115,18 @@ def peer(args: list[str]) -> dict | None:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def step_cost(repeats: int, chunks: int = 2) -> dict:
+def step_cost(repeats: int, blocks: int = 2) -> dict:
     """Seconds per step: Basin's SGLD (eager and compiled) and a bare forward + backward.
 
-    Each timing runs ``chunks`` whole compiled chunks (13 steps each here: their noise is
-    capped at 32 MiB): a run's per-step cost. A call of fewer steps pads its last chunk with
-    no-op steps that still cost a forward and backward each, which a long run pays once."""
+    Each timing runs ``blocks`` whole noise blocks (fewer steps than 256 each here: a block's
+    noise is capped at 32 MiB), so the compiled side runs compiled chunks only, as a long
+    run's steps do."""
     target = landscapes.make("dln", size_class="100K", n=2000, seed=0, device="cpu")
     g = torch.Generator().manual_seed(0)
-    kernel = samplers.make("sgld", step_size=1e-8, batch_size=500, localization=1.0)
-    state = kernel.init(target.w0[None].clone(), target, g)
-    state, _ = kernel.run(state, target, g, 2, fused=True)  # compiles; learns the chunk
-    steps = chunks * compiled_entry(kernel, target, state).length()
+    params = {"step_size": 1e-8, "batch_size": 500, "localization": 1.0}
+    kernel = samplers.make("sgld", **params)
+    start = kernel.init(target.w0[None].clone(), target, g)
+    steps = blocks * kernel.noise_for(start, target, g).length
     layers = [w[0].clone().requires_grad_(True) for w in target.unflatten(target.w0[None]).values()]
 
     def bare() -> None:
@@ -129,16 +140,16 @@ def step_cost(repeats: int, chunks: int = 2) -> dict:
                 w.grad = None
 
     # An LLC run with the full-data baseline also reports w0's loss on each step's batch
-    # (``Kernel.paired``): the mean of the batch's entries in L_i(w0), computed at init.
-    paired = samplers.make("sgld", step_size=1e-8, batch_size=500, localization=1.0)
-    paired.paired = True
+    # (``llc.Paired``): the mean of the batch's entries in L_i(w0), computed once.
+    paired = llc.Paired(samplers.make("sgld", **params), target, target.w0)
 
-    def basin(fused: bool, kernel=kernel):
-        state = kernel.init(target.w0[None].clone(), target, g)  # the paired one: with L_i(w0)
+    def basin(compiled: bool, kernel=kernel):
+        state = kernel.init(target.w0[None].clone(), target, g)
+        noise = kernel.noise_for(state, target, g)  # one stream: every call runs whole blocks
 
         def go() -> None:
             nonlocal state
-            state, _ = kernel.run(state, target, g, steps, fused=fused)
+            state, _ = kernel.run(state, target, noise, steps, compiled=compiled)
 
         return go
 
@@ -148,7 +159,7 @@ def step_cost(repeats: int, chunks: int = 2) -> dict:
         go()  # warm-up (and compile)
     times: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(repeats):
-        for name, go in cases.items():  # alternating: the same noise for all
+        for name, go in cases.items():  # alternating: the machine's noise hits all alike
             start = time.perf_counter()
             go()
             times[name].append((time.perf_counter() - start) / steps)
@@ -167,14 +178,18 @@ def run(repeats: int, quick: bool) -> dict:
             "normal-crossing": normal_crossing(10, steps),
             "dln": small_dln(4, steps, Path(tmp)),
         }.items():
-            cold, est = go()
-            warm = [go()[0] for _ in range(repeats)]
-            other = peer(peer_args)
-            results[name] = {"true": true, "basin_cold_s": cold, "basin_warm_s": warm, "basin": est}
-            results[name]["devinterp"] = other
+            r = {"true": true, "basin": {}, "basin_cold_s": {}, "basin_warm_s": {}}
+            for path in PATHS:
+                r["basin_cold_s"][path], r["basin"][path] = go(compiled=path == "compiled")
+                r["basin_warm_s"][path] = []
+            for _ in range(repeats):  # the paths taking turns: the machine's noise hits both
+                for path in PATHS:
+                    r["basin_warm_s"][path].append(go(compiled=path == "compiled")[0])
+            r["devinterp"] = peer(peer_args)
             if name == "normal-crossing":  # one estimate's error is mostly its own noise
-                results[name]["seeds"] = [go(seed)[1]["mean"] for seed in range(1, SEEDS + 1)]
-            print(json.dumps({name: results[name]}), flush=True)
+                r["seeds"] = [go(seed, True)[1]["mean"] for seed in range(1, SEEDS + 1)]
+            results[name] = r
+            print(json.dumps({name: r}), flush=True)
     results["step_cost"] = step_cost(repeats)
     print(json.dumps({"step_cost": results["step_cost"]}), flush=True)
     return results
