@@ -80,7 +80,7 @@ def execute(
     for observer in observers.values():
         start = observer.start(spec.chains, device, report_training)
     if "llc" in spec.observables and spec.llc.baseline == "full":
-        kernel = llc.Paired(kernel, target, start[0])  # batch losses paired with w0's
+        kernel = llc.Paired.of(kernel, target, start[0])  # batch losses paired with w0's
     state = kernel.init(start, target, generator)
     noise = kernel.noise_for(state, target, generator)
     initial_loss = target.loss(state.position)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,20 @@ class Paired:
         if kernel.uses_batches(target):
             with torch.no_grad():
                 self.center_losses = target.sample_losses(w0[None])[0]
+
+    @classmethod
+    def of(cls, kernel: Kernel, target: Target, w0: Tensor) -> Paired:
+        """The kernel's pairing on ``target``, kept on the kernel and moved to ``w0`` in place,
+        so that a run at a new w0 reuses the compiled chunk of an earlier one."""
+        kept = kernel.__dict__.setdefault("_paired", {})
+        pair = kept.get(id(target))
+        if pair is None or pair.target() is not target:
+            pair = kept[id(target)] = cls(kernel, target, w0)
+            pair.target = weakref.ref(target)
+        elif pair.center_losses is not None:
+            with torch.no_grad():
+                pair.center_losses.copy_(target.sample_losses(w0[None])[0])
+        return pair
 
     def __getattr__(self, name: str):
         return getattr(self.kernel, name)

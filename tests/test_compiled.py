@@ -106,18 +106,23 @@ def test_the_noise_stream_gives_the_same_numbers_however_its_blocks_are_read():
 
 @pytest.mark.slow
 def test_a_paired_compiled_chunk_reports_w0s_loss_on_each_steps_batch():
+    """And a run at another w0 reuses the same pairing and compiled chunk, with w0's losses
+    rewritten in place: the chunk then reports the new w0's."""
     target = build("tanh")
     g = torch.Generator(DEVICE).manual_seed(0)
-    w0 = target.initial(g, 1)[0]
-    kernel = Paired(samplers.make("sgld", step_size=1e-4, batch_size=10), target, w0)
-    state = kernel.init(w0.expand(4, -1) + 0.01, target, g)
-    noise = kernel.noise_for(state, target, g)
-    block = noise.take(noise.length)
-    chunk = chunk_for(kernel, target, state, noise.length, False, wait=True)
-    _, info = chunk(state, block)
-    for i in range(3):  # w0's loss on step i's batch, evaluated directly
-        want = target.loss(w0[None], target.batch(block["index"][i]))
-        torch.testing.assert_close(info.scalars["center_loss"][i], want.expand(4))
+    plain = samplers.make("sgld", step_size=1e-4, batch_size=10)
+    chunks = []
+    for w0 in target.initial(g, 2):
+        kernel = Paired.of(plain, target, w0)
+        state = kernel.init(w0.expand(4, -1) + 0.01, target, g)
+        noise = kernel.noise_for(state, target, g)
+        block = noise.take(noise.length)
+        chunks.append(chunk_for(kernel, target, state, noise.length, False, wait=True))
+        _, info = chunks[-1](state, block)
+        for i in range(3):  # w0's loss on step i's batch, evaluated directly
+            want = target.loss(w0[None], target.batch(block["index"][i]))
+            torch.testing.assert_close(info.scalars["center_loss"][i], want.expand(4))
+    assert chunks[0] is chunks[1]
 
 
 @pytest.mark.slow
