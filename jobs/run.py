@@ -25,6 +25,9 @@ from .store import Progress, Store
 FLUSH_SECONDS = 0.5  # records reach the store (and the live view) at least this often
 FLUSH_BYTES = 32 << 20  # and whenever this much is held
 COMPILE_AFTER_SECONDS = 2.0  # "auto" compiles a run whose eager remainder would take longer
+# Eager steps between two looks at the flush clock: a compile in the background holds the GIL
+# for long stretches, and eager steps, releasing it at every operation, slow down meanwhile.
+EAGER_PIECE = 32
 
 
 def plan(steps: int, length: int, flush_every: int = 0) -> Iterator[tuple[int, int]]:
@@ -96,27 +99,17 @@ def execute(
         chunk = _chunk(kernel, target, state, noise.length, positions, wait=True)
     sampling = last_flush = last_report = time.perf_counter()
     done = since = 0
-    for first, n in plan(spec.steps, noise.length, spec.flush_every):
-        if should_stop():
-            stopped = True
-            break
-        if chunk is not None and chunk.ready and n == noise.length:
-            state, info = chunk(state, noise.take(n))
-            compiled = True
-        else:
-            tic = time.perf_counter()
-            state, info = kernel.eager(state, target, noise.take(n), positions)
-            rate = (time.perf_counter() - tic) / n
-            slow = (spec.steps - first - n) * rate > COMPILE_AFTER_SECONDS
-            if chunk is None and spec.compile == "auto" and first > 0 and slow:
-                chunk = _chunk(kernel, target, state, noise.length, positions)
+
+    def record(first: int, info) -> None:
+        """Keep a piece's records; flush and report when due."""
+        nonlocal done, last_flush, last_report, since
         recorder.keep(first, info)
         for observer in observers.values():
             observer.block(first, info)
-        done = first + n
-        now = time.perf_counter()
+        done = first + info.loss.shape[0]
         due = done % spec.flush_every == 0 if spec.flush_every else first == 0
-        if due or now - last_flush >= FLUSH_SECONDS or recorder.kept_bytes >= FLUSH_BYTES:
+        late = time.perf_counter() - last_flush >= FLUSH_SECONDS
+        if due or late or recorder.kept_bytes >= FLUSH_BYTES:
             recorder.flush()
             for observer in observers.values():
                 observer.flush(done, state)
@@ -125,6 +118,28 @@ def execute(
                 # the rate since the last report: a training or the first block would skew it
                 report(_progress(done, spec.steps, last_flush - last_report, since))
                 last_report, since = last_flush, done
+
+    for first, n in plan(spec.steps, noise.length, spec.flush_every):
+        whole = chunk is not None and chunk.ready and n == noise.length
+        tic = time.perf_counter()
+        # eager blocks go in pieces: a compile in the background slows them (see EAGER_PIECE)
+        piece = n if whole else EAGER_PIECE
+        for start in range(first, first + n, piece):
+            if should_stop():
+                stopped = True
+                break
+            draws = noise.take(min(piece, first + n - start))
+            if whole:
+                state, info = chunk(state, draws)
+            else:
+                state, info = kernel.eager(state, target, draws, positions)
+            record(start, info)
+        if stopped:
+            break
+        compiled |= whole
+        slow = (spec.steps - first - n) * (time.perf_counter() - tic) / n > COMPILE_AFTER_SECONDS
+        if chunk is None and spec.compile == "auto" and first > 0 and slow:
+            chunk = _chunk(kernel, target, state, noise.length, positions)
     recorder.flush()
     for observer in observers.values():
         observer.flush(done, state)

@@ -81,9 +81,8 @@ class Noise:
         length: int | None = None,
     ):
         self.draws, self.generator, self.dtype = draws, generator, dtype
-        per_step = sum(
-            math.prod(d.shape) * (8 if d.kind == "integers" else 4) for d in draws.values()
-        )
+        size = {"integers": 8, "normal": dtype.itemsize, "uniform": dtype.itemsize}
+        per_step = sum(math.prod(d.shape) * size[d.kind] for d in draws.values())
         fit = max(1, NOISE_BYTES // max(1, per_step))
         self.length = length or min(MAX_BLOCK, 1 << (fit.bit_length() - 1))  # a power of two
         self.block: dict[str, Tensor] = {}

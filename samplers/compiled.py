@@ -25,9 +25,14 @@ import torch
 from torch import Tensor
 
 # -- torch's private API, used here only -------------------------------------------------------
-# torch has no public scan: without one, a block is a Python loop of compiled calls, each paying
-# the call overhead (~10x a small target's compiled step).
-from torch._higher_order_ops.scan import scan
+def _scan(*args):
+    """torch has no public scan: without one, a block is a Python loop of compiled calls, each
+    paying the call overhead (~10x a small target's compiled step). Imported when traced, in the
+    compile's thread: torch's compiler takes seconds to import."""
+    from torch._higher_order_ops.scan import scan
+
+    return scan(*args)
+
 
 from .base import Info, State
 
@@ -64,15 +69,25 @@ def compile_problem(device_type: str) -> str | None:
 class Chunk:
     """``length`` steps of ``kernel`` from states shaped like ``state``, compiled."""
 
-    def __init__(self, kernel, target, state: State, length: int, positions: bool):
+    def __init__(
+        self, kernel, target, state: State, length: int, positions: bool, loop: bool | None = None
+    ):
         self.kernel, self.target, self.length, self.positions = kernel, target, length, positions
         self.template = state
         self.names = [f.name for f in fields(state) if isinstance(getattr(state, f.name), Tensor)]
-        options = OPTIONS.get(state.position.device.type, {})
-        body = self._scan if state.position.device.type == "cpu" else self._loop
-        self.compiled = torch.compile(body, dynamic=False, options=options)
+        self.device = state.position.device.type
+        self.loop = self.device != "cpu" if loop is None else loop
+        self.compiled = None  # built in ``start``'s thread: importing the compiler takes seconds
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
+
+    def _build(self) -> None:
+        options = OPTIONS.get(self.device, {})
+        if self.loop:  # the compiled step, once per row
+            self.step = torch.compile(self._step, dynamic=False, options=options)
+            self.compiled = self._loop
+        else:  # the compiled scan over the rows
+            self.compiled = torch.compile(self._scan, dynamic=False, options=options)
 
     # -- one step as a function of tensors ----------------------------------------------------
     def _step(self, carry: tuple, noise: dict[str, Tensor]):
@@ -91,7 +106,7 @@ class Chunk:
 
     def _scan(self, carry: tuple, noise: dict[str, Tensor]):
         keys = list(noise)
-        return scan(
+        return _scan(
             lambda c, xs: self._step(c, dict(zip(keys, xs, strict=True))),
             carry,
             [noise[k] for k in keys],
@@ -100,7 +115,7 @@ class Chunk:
     def _loop(self, carry: tuple, noise: dict[str, Tensor]):
         ys = []
         for t in range(self.length):
-            carry, y = self._step(carry, {k: v[t] for k, v in noise.items()})
+            carry, y = self.step(carry, {k: v[t] for k, v in noise.items()})
             ys.append(y)
         return carry, {k: torch.stack([y[k] for y in ys]) for k in ys[0]}
 
@@ -124,6 +139,7 @@ class Chunk:
 
             def warm():
                 try:
+                    self._build()
                     self(example, zeros)
                 except Exception as exc:  # reported once by ``ready``; the run goes on eagerly
                     self.error = exc

@@ -290,6 +290,10 @@ def health(
             "step size is too large for the curvature at w0 (or nbeta too large for it)",
         )
     side = out_of_range(est.mean, est.se, dim)
+    finite = [x for x in est.per_chain if x is not None and math.isfinite(x)]
+    if side is None and finite and min(finite) > dim:
+        # every chain past twice the largest true LLC: a spread that wide only hides the excess
+        side = "above"
     if side == "above":
         warn(
             "above_max",

@@ -162,6 +162,22 @@ def test_each_step_records_the_kinetic_energy_and_thermostat_of_its_state(name):
 
 
 @pytest.mark.slow
+def test_the_loop_of_compiled_steps_cudas_path_equals_the_eager_steps():
+    """On CUDA a block is the compiled step called once per row (no scan): run here on a CPU."""
+    from samplers.compiled import Chunk
+
+    target, kernel = build("banana"), samplers.make("mala", step_size=0.05)
+    state, noise = start(target, kernel)
+    block = noise.take(noise.length)
+    chunk = Chunk(kernel, target, state, noise.length, True, loop=True)
+    got, info = chunk(state, block)
+    want, eager = kernel.eager(state, target, block, positions=True)
+    torch.testing.assert_close(info.position, eager.position, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got.U, want.U, rtol=1e-9, atol=1e-12)
+    assert torch.equal(info.accepted, eager.accepted)
+
+
+@pytest.mark.slow
 def test_a_compile_in_a_background_thread_serves_the_callers_thread():
     # torch keeps the compiler's settings per thread: the compile runs in a thread of its own
     # while the caller steps eagerly, then the caller runs the compiled block

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -358,8 +359,8 @@ def test_an_auto_run_switches_to_the_compiled_chunk_once_it_is_ready(tmp_path, m
 
 
 def test_flushes_at_every_block_give_the_records_of_one_flush(tmp_path, monkeypatch):
-    """Flushes cut at every block (FLUSH_BYTES of 1) give the records of a run flushed every
-    0.5 s, in one chunk a block; a failed append fails the run with its error."""
+    """Flushes cut at every eager piece (FLUSH_BYTES of 1) give the records of a run flushed
+    every 0.5 s, one chunk a piece; a failed append fails the run with its error."""
     import sqlite3
 
     from jobs import run
@@ -370,7 +371,9 @@ def test_flushes_at_every_block_give_the_records_of_one_flush(tmp_path, monkeypa
     _, often = in_process(tmp_path / "b", "mala", {"step_size": 0.1}, **spec)
     (index,) = (tmp_path / "b" / "runs").glob("*.sqlite")
     chunks = sqlite3.connect(index).execute("SELECT COUNT(DISTINCT start) FROM chunks")
-    assert chunks.fetchone()[0] == len(list(run.plan(300, 256))) == 3  # 1, 255, 44 steps
+    # blocks of 1, 255 and 44 steps, run eagerly in pieces of EAGER_PIECE
+    pieces = sum(math.ceil(n / run.EAGER_PIECE) for _, n in run.plan(300, 256))
+    assert chunks.fetchone()[0] == pieces == 1 + 8 + 2
     assert once.keys() == often.keys() and len(once["step"]) == 300
     for name in once:
         np.testing.assert_array_equal(once[name], often[name])

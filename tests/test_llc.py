@@ -121,6 +121,13 @@ def test_health_names_the_problem_and_its_cause():
     assert codes(ok, noise_ratio=2.0) == ["gradient_noise"]
     assert codes(ok, spike_counts=np.array([0, 2])) == ["spikes"]
     assert "step size" in llc.health(llc.summarise(np.array([30.0]), 9), 20)[0]["message"]
+    # chains so spread that the SE hides the excess, but every one of them past d: flagged;
+    # near d/2 with the same rule, not
+    wild = llc.summarise(np.array([2.8e7, 1.6e7, 3.6e8, 2.8e7]), 400)
+    assert llc.out_of_range(wild.mean, wild.se, 202) is None
+    assert "above_max" in [w["code"] for w in llc.health(wild, 202)]
+    near = llc.summarise(np.array([105.0, 99.0, 110.0, 102.0]), 400)
+    assert llc.health(near, 202) == []
     # At a regular point the truth is d/2: an excess within 2 SE of it is Monte Carlo error.
     assert llc.out_of_range(10.02, 0.05, 20) is None and llc.out_of_range(10.2, 0.05, 20) == "above"
     assert llc.out_of_range(-0.05, 0.05, 20) is None and llc.out_of_range(-0.2, 0.05, 20) == "below"
