@@ -122,6 +122,8 @@ class Chunk:
     # -- calls ---------------------------------------------------------------------------------
     def __call__(self, state: State, noise: dict[str, Tensor]) -> tuple[State, Info]:
         """One block: ``noise`` holds ``length`` rows of each draw."""
+        if self.compiled is None:  # called before ``start``: build it here
+            self._build()
         carry = _unalias(tuple(getattr(state, n) for n in self.names))
         with _settings():
             carry, ys = self.compiled(carry, noise)
@@ -139,7 +141,6 @@ class Chunk:
 
             def warm():
                 try:
-                    self._build()
                     self(example, zeros)
                 except Exception as exc:  # reported once by ``ready``; the run goes on eagerly
                     self.error = exc
