@@ -27,7 +27,7 @@ FLUSH_BYTES = 32 << 20  # and whenever this much is held
 COMPILE_AFTER_SECONDS = 2.0  # "auto" compiles a run whose eager remainder would take longer
 # Eager steps between two looks at the flush clock: a compile in the background holds the GIL
 # for long stretches, and eager steps, releasing it at every operation, slow down meanwhile.
-EAGER_PIECE = 32
+EAGER_PIECE = 16
 
 
 def plan(steps: int, length: int, flush_every: int = 0) -> Iterator[tuple[int, int]]:

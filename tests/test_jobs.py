@@ -373,7 +373,7 @@ def test_flushes_at_every_block_give_the_records_of_one_flush(tmp_path, monkeypa
     chunks = sqlite3.connect(index).execute("SELECT COUNT(DISTINCT start) FROM chunks")
     # blocks of 1, 255 and 44 steps, run eagerly in pieces of EAGER_PIECE
     pieces = sum(math.ceil(n / run.EAGER_PIECE) for _, n in run.plan(300, 256))
-    assert chunks.fetchone()[0] == pieces == 1 + 8 + 2
+    assert chunks.fetchone()[0] == pieces == 1 + 16 + 3
     assert once.keys() == often.keys() and len(once["step"]) == 300
     for name in once:
         np.testing.assert_array_equal(once[name], often[name])
