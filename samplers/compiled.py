@@ -24,6 +24,9 @@ from dataclasses import fields, replace
 import torch
 from torch import Tensor
 
+from .base import Info, State
+
+
 # -- torch's private API, used here only -------------------------------------------------------
 def _scan(*args):
     """torch has no public scan: without one, a block is a Python loop of compiled calls, each
@@ -33,8 +36,6 @@ def _scan(*args):
 
     return scan(*args)
 
-
-from .base import Info, State
 
 # Inductor lowers ``scan`` to a loop that indexes its buffers with the loop counter, a
 # data-dependent scalar dynamo must be allowed to capture; and every chunk shares this module's
