@@ -26,6 +26,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -567,4 +568,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if any(t.name == "basin-compile" and t.is_alive() for t in threading.enumerate()):
+        # a compile still running in the background (samplers.compiled): torch's C++ aborted
+        # the interpreter's teardown under it (exit 134 after a completed run), so leave now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -24,7 +24,10 @@ from .store import Progress, Store
 
 FLUSH_SECONDS = 0.5  # records reach the store (and the live view) at least this often
 FLUSH_BYTES = 32 << 20  # and whenever this much is held
-COMPILE_AFTER_SECONDS = 2.0  # "auto" compiles a run whose eager remainder would take longer
+# "auto" compiles a run whose eager remainder would take longer than this: a compile takes
+# seconds (warm cache) to a minute (cold) and slows the eager steps while it runs, so a shorter
+# run ends sooner without one (bench/RESULTS.md)
+COMPILE_AFTER_SECONDS = 20.0
 # Eager steps between two looks at the flush clock: a compile in the background holds the GIL
 # for long stretches, and eager steps, releasing it at every operation, slow down meanwhile.
 EAGER_PIECE = 16
