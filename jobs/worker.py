@@ -30,12 +30,9 @@ POLL_S = 0.05  # a warm worker's look at the queue: a small indexed SELECT
 
 
 def cores() -> int:
-    """The cores this process may use: its affinity where the platform reports one, else all."""
-    if hasattr(os, "process_cpu_count"):  # 3.13+: affinity-aware on every platform
-        return os.process_cpu_count() or 1
-    if hasattr(os, "sched_getaffinity"):  # Linux
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """The cores this process may use: 3.13+'s affinity-aware count, else every core."""
+    count = os.process_cpu_count if hasattr(os, "process_cpu_count") else os.cpu_count
+    return count() or 1
 
 
 def default_slots() -> tuple[int, int]:

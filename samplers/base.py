@@ -122,12 +122,10 @@ class Kernel(ABC):
 
     ``minibatch``: whether the kernel uses ``batch_size`` minibatches (stochastic-gradient kernels);
     MH kernels always use the full data, because their acceptance needs the exact U.
-    ``coupled``: whether a step couples the chains (ensemble kernels); none here does.
     """
 
     name = "kernel"
     minibatch: ClassVar[bool] = False
-    coupled: ClassVar[bool] = False
     compilable: ClassVar[bool] = True  # whether ``samplers.compiled`` may compile its steps
 
     # hyperparameters every kernel takes; subclasses declare their own below these

@@ -19,7 +19,7 @@ from jobs.store import Store
 from jobs.worker import cores, default_slots
 
 ROOT = Path(__file__).resolve().parents[1]
-# process_cpu_count too (3.13+), so that the fallbacks are what runs
+# process_cpu_count too (3.13+), so that the fallback is what runs
 MISSING = ("sched_getaffinity", "process_cpu_count", "pwrite", "preadv", "pread", "O_DIRECT")
 
 
@@ -63,8 +63,8 @@ def test_core_count_and_default_slots_without_affinity(stripped, monkeypatch):
     else:
         slots = max(1, n // 2)
         assert default_slots() == (slots, max(1, n // slots))
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 5}, raising=False)
-    assert cores() == 2  # the affinity, where there is one
+    monkeypatch.setattr(os, "cpu_count", lambda: 5)
+    assert cores() == 5  # before 3.13: every core
     monkeypatch.setattr(os, "process_cpu_count", lambda: 3, raising=False)
     assert cores() == 3  # 3.13+'s count wins
     monkeypatch.setattr(os, "process_cpu_count", lambda: None)
