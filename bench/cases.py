@@ -34,13 +34,14 @@ CASES = {
     "banana-hmc": {
         "target": "banana",
         "sampler": "hmc",
-        "params": {"step_size": 0.1, "leapfrog_steps": 10},  # identity mass on both sides
+        # identity mass on both sides; a fixed trajectory length, as BlackJAX's hmc
+        "params": {"step_size": 0.1, "leapfrog_steps": 10, "jitter": False},
         "chains": (64, 4096),
     },
     "mlp-sgld": {
         "target": "mlp",
         "sampler": "sgld",
-        # nbeta = n: temperature 1; minibatches of 32 drawn with replacement, shared by chains
+        # nbeta = n: temperature 1; minibatches of 32 drawn with replacement, one per chain
         "params": {"step_size": 1e-5, "batch_size": 32, "nbeta": DIGITS_TRAIN},
         "chains": (1, 8),
     },

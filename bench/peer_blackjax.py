@@ -127,11 +127,13 @@ def build(name: str, chains: int, steps: int):
         def one_step(k, state, batch):
             return algorithm.step(k, state)[0]
 
-    def minibatch(k, data):  # drawn with replacement, shared by all chains (as Basin)
+    def minibatch(k, data):  # drawn with replacement, one per chain (as Basin)
         if batch_size is None:
             return None
-        idx = jax.random.randint(k, (batch_size,), 0, data[0].shape[0])
+        idx = jax.random.randint(k, (chains, batch_size), 0, data[0].shape[0])
         return data[0][idx], data[1][idx]
+
+    batch_axis = None if batch_size is None else 0
 
     @jax.jit
     def up_front(key, state, data):  # every step's chain keys split before the scan
@@ -140,7 +142,7 @@ def build(name: str, chains: int, steps: int):
 
         def body(state, ks):
             batch = minibatch(ks[1], data)
-            return jax.vmap(one_step, in_axes=(0, 0, None))(ks[0], state, batch), None
+            return jax.vmap(one_step, in_axes=(0, 0, batch_axis))(ks[0], state, batch), None
 
         return jax.lax.scan(body, state, keys)[0]
 
@@ -150,7 +152,7 @@ def build(name: str, chains: int, steps: int):
             chain_key, batch_key = jax.random.split(k)
             batch = minibatch(batch_key, data)
             keys = jax.random.split(chain_key, chains)
-            return jax.vmap(one_step, in_axes=(0, 0, None))(keys, state, batch), None
+            return jax.vmap(one_step, in_axes=(0, 0, batch_axis))(keys, state, batch), None
 
         return jax.lax.scan(body, state, jax.random.split(key, steps))[0]
 

@@ -196,7 +196,7 @@ class LLCObserver:
             "noise_ratio": self.noise_ratio,
             "acceptance": acceptance,
             "spikes": int(spikes.sum()),
-            "plateaued": llc.plateaued(losses, self.baseline, self.nbeta) if len(losses) else False,
+            "stationary": bool(len(losses)) and llc.stationary(losses, self.baseline, self.nbeta),
         }
         if hasattr(target, "llc_at"):  # normal crossings: the exact value at this temperature
             try:

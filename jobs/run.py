@@ -285,6 +285,8 @@ class Recorder:
             "scalars": {name: mean(name) for name in sorted(scalars)},
             "coordinates": None,
             "observables": {},
+            # what the run's numbers cannot be trusted for, whatever they look like
+            "warnings": [{"code": c, "message": m} for c, m in kernel.caveats.items()],
         }
         if "position" in self.sums and n >= 4 and good.any():
             count = n * good.sum()

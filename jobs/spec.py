@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 import landscapes
 import samplers
 from landscapes import ParamError, Target
-from samplers import Kernel
+from samplers import Kernel, llc
 
 from .store import store_home
 
@@ -153,15 +153,15 @@ class RunSpec(_Model):
         return self
 
     def _llc_defaults(self) -> None:
-        """LLC runs on networks localise at w0 with gamma = 1 unless the spec says otherwise
-        (potentials keep 0: their prior localises them)."""
+        """LLC runs on networks localise at w0 with gamma = ``llc.LOCALIZATION`` unless the spec
+        says otherwise (potentials keep the kernel's 0: their prior localises them)."""
         target = landscapes.REGISTRY.get(self.target.name)
         sampler = samplers.REGISTRY.get(self.sampler.name)
         if "llc" not in self.observables or target is None or sampler is None:
             return
         takes = any(p.name == "localization" for p in sampler.params)
         if target.kind == "network" and takes and "localization" not in self.sampler.params:
-            self.sampler.params = {**self.sampler.params, "localization": 1.0}
+            self.sampler.params = {**self.sampler.params, "localization": llc.LOCALIZATION}
 
 
 def _param_error(exc: ParamError, role: str, name: str) -> tuple[str, str]:

@@ -7,10 +7,14 @@ page watching a sweep sees it fill in as runs finish, and nothing is stored twic
 - ``dln``: the local-sampling benchmark (reference 000, sections 3-4): K generated DLN problems x
   samplers x step sizes, each run from the generating point w0, whose true LLC is known. Metrics
   per (sampler, step size): mean and SD of the relative error (lambda_hat - lambda) / lambda over
-  problems, NaN fraction, and the order-preservation rate over problem pairs (Figs 3, 5-8).
+  problems, the fractions of chains that diverged (NaN) and of runs with any such chain (each
+  run's estimate averages its surviving chains), and the order-preservation rate over problem
+  pairs (Figs 3, 5-8).
 - ``calibrate``: one target and sampler over a step size x nbeta grid: lambda_hat-versus-steps
-  curves per cell, flags (NaN, spikes, lambda_hat outside (0, d/2], no plateau), and the largest
-  stable step where lambda_hat has plateaued, per nbeta.
+  curves per cell, flags, and the largest step with none, per nbeta. A running estimate that
+  settled says little (a step too large biases every draw alike), so a cell must also agree
+  with a step an order of magnitude apart, and an SGLD step of its preconditioned size must be
+  one MALA would mostly accept.
 """
 
 from __future__ import annotations
@@ -199,6 +203,8 @@ def dln_results(store: Store, sweep: dict) -> dict:
                 "relative_error_sd": float(finite.std(ddof=1)) if finite.size > 1 else None,
                 "nan_fraction": sum(r["nan_chains"] for r in group)
                 / sum(r["chains"] for r in group),
+                # the estimate averages a run's surviving chains: say how many runs lost some
+                "nan_run_fraction": sum(r["nan_chains"] > 0 for r in group) / len(group),
                 "order_preservation": order_preservation(true, est),
             }
         )
@@ -239,6 +245,38 @@ def _curve(store: Store, run_id: str, spec: RunSpec, summary: dict) -> dict:
     }
 
 
+ACCEPTANCE_MIN = 0.9  # the preconditioned MALA acceptance below which a step biases the chains
+DECADE = (5.0, 20.0)  # step ratios that count as "an order of magnitude apart"
+AGREE = 0.2  # relative difference two such estimates may have, on top of 2 combined SEs
+
+
+def agree(a: dict, b: dict) -> bool:
+    """Whether two cells' estimates agree within AGREE plus two combined standard errors."""
+    diff, noise = abs(a["llc"] - b["llc"]), 2 * math.hypot(a["se"] or 0, b["se"] or 0)
+    return diff <= AGREE * max(abs(a["llc"]), abs(b["llc"])) + noise
+
+
+def step_flags(rows: list[dict]) -> None:
+    """Flag each cell whose estimate no cell at its nbeta and a step 10x away confirms:
+    "step_sensitive" when those disagree with it, "unconfirmed" when the grid has none."""
+    for row in rows:
+        if row["llc"] is None:
+            continue
+        others = [
+            o
+            for o in rows
+            if o["nbeta_value"] == row["nbeta_value"]
+            and o["llc"] is not None
+            and DECADE[0]
+            <= max(o["step_size"], row["step_size"]) / min(o["step_size"], row["step_size"])
+            <= DECADE[1]
+        ]
+        if not others:
+            row["flags"].append("unconfirmed")
+        elif not any(agree(row, o) for o in others):
+            row["flags"].append("step_sensitive")
+
+
 def calibration_results(store: Store, sweep: dict) -> dict:
     """Per cell: the curve, flags and whether it is stable; the recommended step per nbeta."""
     rows = []
@@ -255,8 +293,10 @@ def calibration_results(store: Store, sweep: dict) -> dict:
         mean = summary["mean"]
         if mean is None or llc.out_of_range(mean, summary["se"], summary["dim"]):
             flags.append("out_of_range")
-        if not summary["plateaued"]:
-            flags.append("no_plateau")
+        if not summary.get("stationary", summary.get("plateaued")):  # its name before 11/2026
+            flags.append("not_stationary")
+        if summary["acceptance"] is not None and summary["acceptance"] < ACCEPTANCE_MIN:
+            flags.append("low_acceptance")
         rows.append(
             {
                 **cell,
@@ -266,10 +306,12 @@ def calibration_results(store: Store, sweep: dict) -> dict:
                 "nbeta_value": summary["nbeta"],
                 "acceptance": summary["acceptance"],
                 "flags": flags,
-                "stable": not flags,
                 "curve": _curve(store, cell["run_id"], spec, summary),
             }
         )
+    step_flags(rows)
+    for row in rows:
+        row["stable"] = not row["flags"]
     recommended = {}
     for nbeta in sorted({r["nbeta_value"] for r in rows}):
         stable = [r for r in rows if r["nbeta_value"] == nbeta and r["stable"]]

@@ -248,7 +248,8 @@ class Target(ABC):
         return self._autograd(w, batch)
 
     def batch(self, index: Tensor) -> Batch:
-        """The training points at ``index`` (a minibatch); potentials have no data: None."""
+        """The training points at ``index``: [B] for a batch every chain shares, [C, B] for a
+        batch per chain (samplers draw those); potentials have no data: None."""
         return None
 
     def sample_batch(self, generator: torch.Generator, size: int) -> Batch:

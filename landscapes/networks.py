@@ -1,13 +1,14 @@
 """Networks as pure functions of the flat parameter vector, batched over chains.
 
-``forward(params, x)`` maps named parameter tensors with a leading chain axis ([C, ...]) and
-shared inputs ``x: [B, in]`` to outputs ``[C, B, out]`` with explicit batched matmuls, so all
-C chains run in one call on any device. Layers compute W h on activations laid out
-[C, width, B] (features first), so that autograd's weight gradient, dh h_prev^T, comes out as
-[C, out, in], the layout of W in the flat position: with h W^T it came out transposed and was
-copied element by element into place (the digits MLP, 8 chains: a step 80 -> 71 us compiled).
-The inputs are turned with ``torch.transpose``: ``x.T`` on the full data, a constant of a
-compiled chunk, fails dynamo's scan ("Expected FakeTensor") in torch 2.13.
+``forward(params, x)`` maps named parameter tensors with a leading chain axis ([C, ...]) and inputs
+``x`` to outputs ``[C, B, out]`` with explicit batched matmuls, so all C chains run in one call on
+any device. ``x`` is shared ([B, in]: the full data, a probe's batch) or each chain's own ([C, B,
+in]: a sampler's minibatches, drawn independently per chain). Layers compute W h on activations laid
+out [C, width, B] (features first), so that autograd's weight gradient, dh h_prev^T, comes out as
+[C, out, in], the layout of W in the flat position: with h W^T it came out transposed and was copied
+element by element into place (the digits MLP, 8 chains: a step 80 -> 71 us compiled). The inputs
+are turned with ``torch.transpose``: ``x.T`` on the full data, a constant of a compiled chunk, fails
+dynamo's scan ("Expected FakeTensor") in torch 2.13.
 
 Losses follow the local-sampling benchmark's L_n: regression uses the squared error SUMMED over
 outputs and AVERAGED over samples, with no 1/(2 sigma^2) factor (the LLC does not depend on that
@@ -48,7 +49,7 @@ class Network(Target):
 
     @abstractmethod
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        """Outputs [C, B, out] from named parameters [C, ...] and shared inputs [B, in]."""
+        """Outputs [C, B, out] from named parameters [C, ...] and inputs [B, in] or [C, B, in]."""
 
     def predict(self, w: Tensor, x: Tensor) -> Tensor:
         """Outputs [C, B, out] for inputs [B, in]."""
@@ -122,7 +123,7 @@ class DeepLinear(Network):
         self.true_llc = dln_llc(self.widths, self.rank)
 
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        h = torch.transpose(x, 0, 1)  # features first (module doc)
+        h = torch.transpose(x, -1, -2)  # features first (module doc)
         for weight in params.values():
             h = torch.matmul(weight, h)
         return h.transpose(-1, -2)
@@ -282,14 +283,15 @@ class Polynomial(Network):
     # full-batch step costs a few operations on [C] tensors instead of autograd over [C, n].
     @staticmethod
     def _moments(batch: Batch) -> Tensor:
-        z = torch.cat(batch, 1)  # [B, 2]: x, y
-        return z.T @ z / z.shape[0]
+        z = torch.cat(batch, -1)  # [B, 2] or [C, B, 2]: x, y
+        return torch.transpose(z, -1, -2) @ z / z.shape[-2]  # [(C,) 2, 2]
 
     def _quadratic(self, w: Tensor, batch: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         m = self.full_moments if batch is None else self._moments(batch)
         terms = w**self.powers  # [C, d]
         coef = terms.prod(-1)
-        return m, terms, coef, coef * (coef * m[0, 0] - 2 * m[0, 1]) + m[1, 1]
+        xx, xy, yy = m[..., 0, 0], m[..., 0, 1], m[..., 1, 1]  # [] or [C]: per chain
+        return (xx, xy), terms, coef, coef * (coef * xx - 2 * xy) + yy
 
     def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         return self._quadratic(w, batch)[3]
@@ -302,7 +304,8 @@ class Polynomial(Network):
         before = torch.cat([ones, terms[:, :-1]], 1).cumprod(1)
         after = torch.cat([terms[:, 1:], ones], 1).flip(1).cumprod(1).flip(1)
         slope = torch.where(self.powers > 0, self.powers * w ** (self.powers - 1).clamp(min=0), 0)
-        return loss, (2 * (coef * m[0, 0] - m[0, 1]))[:, None] * slope * before * after
+        xx, xy = m
+        return loss, (2 * (coef * xx - xy))[:, None] * slope * before * after
 
 
 def make_polynomial(
@@ -329,7 +332,7 @@ class TanhNet(Network):
         self.true_llc = tanh_llc(hidden)
 
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        t = torch.tanh(x[None, :, :] * params["a"][:, None, :])  # [C, B, H]
+        t = torch.tanh(x * params["a"][:, None, :])  # [C, B, H]
         return (t * params["b"][:, None, :]).sum(-1, keepdim=True)
 
 
@@ -386,7 +389,7 @@ class MLP(Network):
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         act = ACTIVATIONS[self.activation]
         tensors = list(params.values())
-        h = torch.transpose(x, 0, 1)  # features first (module doc)
+        h = torch.transpose(x, -1, -2)  # features first (module doc)
         for l in range(0, len(tensors), 2):
             h = torch.matmul(tensors[l], h) + tensors[l + 1][:, :, None]
             if l + 2 < len(tensors):

@@ -105,12 +105,16 @@ _TEXT: dict[str, tuple[str, str]] = {
             r"p_{t+1} = p_t - \varepsilon\,\nabla U(w_t) - \alpha_t\,p_t"
             r" + \sqrt{2\alpha_0\varepsilon}\,\eta_t",
             r"w_{t+1} = w_t + p_{t+1}",
-            r"\alpha_{t+1} = \alpha_t + \lVert p_{t+1} \rVert^2 / d - \varepsilon",
+            r"\alpha_{t+1} = \alpha_t + \lVert p_{t+1} \rVert^2 / d"
+            r" - \frac{\varepsilon}{1 - \alpha_0 / 2}",
         ),
         "Stochastic gradient Nose-Hoover thermostat (Ding et al. 2014), Alg. 5 of the local "
         "posterior sampling benchmark (Hitchcock & Hoogland): SGHMC whose friction alpha_t is a "
-        "dynamic variable that rises when the kinetic energy |p|^2/d exceeds its target eps and "
-        "falls below it, absorbing unknown gradient noise. Default 'corrected' form shown "
+        "dynamic variable that rises when the kinetic energy |p|^2/d exceeds its target and "
+        "falls below it, absorbing unknown gradient noise. The target is eps / (1 - alpha_0/2), "
+        "not the printed eps: that is |p|^2/d when the friction balances the injected noise "
+        "(alpha = alpha_0) under this Euler step, and the printed eps runs ~5% cold at any "
+        "step size. Default 'corrected' form shown "
         "(squared norm, new momentum, fixed diffusion alpha_0); variant='paper' uses the "
         "printed |p|/d with the old momentum and noise sqrt(2 alpha_t eps), which can diverge.",
     ),
@@ -154,9 +158,12 @@ _TEXT: dict[str, tuple[str, str]] = {
         "Hamiltonian Monte Carlo (Duane et al. 1987; Neal 2011) as in the TATi paper (Heber, "
         "Trstanova & Leimkuhler 2020, eq. 15): a fresh momentum, K = leapfrog_steps "
         "velocity-Verlet steps along the Hamiltonian flow, then a Metropolis test on the energy "
-        "error, so long moves are accepted as long as the integrator is accurate. With jitter "
-        "each chain draws K uniformly from 1..leapfrog_steps at every iteration, which breaks "
-        "periodic orbits.",
+        "error, so long moves are accepted as long as the integrator is accurate. By default "
+        "(jitter) each chain draws K uniformly from 1..leapfrog_steps at every iteration: a "
+        "fixed length K eps resonates when a mode's phase over the trajectory is near a "
+        "multiple of pi, so the trajectory ends near its start or its mirror image and that "
+        "mode barely mixes (a far start stays far). Set jitter off for the fixed-length "
+        "textbook HMC with K = leapfrog_steps every time.",
     ),
     "baoab": (
         _aligned(r"\text{BAOAB:}\ \ B_{h/2}\,A_{h/2}\,O_h\,A_{h/2}\,B_{h/2}", _MAPS),

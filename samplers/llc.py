@@ -1,9 +1,12 @@
 """The local learning coefficient (LLC) and the signals that say whether to trust it.
 
-lambda_hat(w0) = nbeta (E[L_n(w)] - L_n(w0)), the expectation over the tempered posterior
-localised at w0, exp(-nbeta L_n(w) - (gamma/2) |w - w0|^2) (reference 000, Def. 3.1 and
-eq. 3.8). nbeta defaults to n / log n (beta = 1 / log n) and gamma to 1. Each chain gives its own
-estimate from the losses it saw after the burn-in; the reported value is their mean, with the
+lambda_hat(w0) = nbeta (E[L_n(w)] - L_n(w0)), the expectation over the tempered posterior localised
+at w0, exp(-nbeta L_n(w) - (gamma/2) |w - w0|^2) (reference 000, Def. 3.1 and eq. 3.8). nbeta
+defaults to n / log n (beta = 1 / log n). gamma (a kernel's ``localization``) defaults to
+``LOCALIZATION`` = 1 in LLC runs on networks (``jobs``: the CLI's --observe llc and the app); a
+kernel made directly (``samplers.make``) defaults to 0, since a plain sampling run targets exp(-U)
+itself, and so do LLC runs on potentials, whose prior already localises them. Each chain gives its
+own estimate from the losses it saw after the burn-in; the reported value is their mean, with the
 standard deviation over chains and the standard error SD / sqrt(chains). A chain that diverged
 (NaN/Inf) is excluded and counted, never averaged in.
 
@@ -37,6 +40,8 @@ from landscapes import ParamError, Target
 from .base import Info, Kernel, State
 from .mcmc import mala_log_ratio
 
+LOCALIZATION = 1.0  # gamma in LLC runs on networks unless given (module doc)
+
 
 def default_nbeta(n: int | None) -> float:
     """n / log n, i.e. beta = 1 / log n (reference 000, Table 2); 1 without a dataset."""
@@ -46,10 +51,10 @@ def default_nbeta(n: int | None) -> float:
 
 
 class Paired:
-    """``kernel`` whose minibatch steps also report "center_loss": w0's loss on the step's own
-    batch. L_batch(w_t) - L_batch(w0) has the mean L_n(w_t) - L_n(w0) and, near w0, a variance
-    hundreds of times smaller than L_batch(w_t)'s: the LLC estimate's control variate. Every
-    training point's loss at w0 is computed once, so a step averages its batch's entries
+    """``kernel`` whose minibatch steps also report "center_loss": w0's loss on each chain's own
+    batch of the step. L_batch(w_t) - L_batch(w0) has the mean L_n(w_t) - L_n(w0) and, near w0, a
+    variance hundreds of times smaller than L_batch(w_t)'s: the LLC estimate's control variate.
+    Every training point's loss at w0 is computed once, so a step averages its batch's entries
     instead of running one more forward pass. Everything else is the kernel's own."""
 
     def __init__(self, kernel: Kernel, target: Target, w0: Tensor):
@@ -79,7 +84,7 @@ class Paired:
     def step(self, state: State, target: Target, noise: dict[str, Tensor]) -> tuple[State, Info]:
         state, info = self.kernel.step(state, target, noise)
         if self.center_losses is not None:
-            center = self.center_losses[noise["index"]].mean().expand_as(info.loss)
+            center = self.center_losses[noise["index"]].mean(-1)  # [C]: each chain's batch
             info.scalars["center_loss"] = torch.where(info.diverged, math.nan, center)
         return state, info
 
@@ -181,10 +186,16 @@ def wbic(mean_loss: float | None, n: int | None, nbeta: float) -> float | None:
 
 
 def mala_acceptance(
-    w: Tensor, w_new: Tensor, u: Tensor, u_new: Tensor, grad: Tensor, grad_new: Tensor, eps: float
+    w: Tensor,
+    w_new: Tensor,
+    u: Tensor,
+    u_new: Tensor,
+    grad: Tensor,
+    grad_new: Tensor,
+    eps: float | Tensor,
 ) -> Tensor:
-    """[C] min(1, exp(MALA's log ratio)) for the Langevin proposal w -> w' of step ``eps``: the
-    probability MALA would accept it (NaN-safe: 0)."""
+    """[C] min(1, exp(MALA's log ratio)) for the Langevin proposal w -> w' of step ``eps`` (a
+    float or per coordinate, [C, d]): the probability MALA would accept it (NaN-safe: 0)."""
     ratio = torch.exp(torch.clamp(mala_log_ratio(w, w_new, u, u_new, grad, grad_new, eps), max=0))
     return torch.nan_to_num(ratio, nan=0.0)
 
@@ -192,13 +203,15 @@ def mala_acceptance(
 def sgld_acceptance(
     kernel: Kernel, state: State, target: Target, generator: torch.Generator, batch=None
 ) -> Tensor:
-    """[C] the MALA acceptance probability of one fresh SGLD proposal (the kernel's step size,
-    its U) from each chain's position, on ``batch`` (the full data when None): a step-size
-    diagnostic; near 1 the discretisation barely biases the chains, low means the step is large."""
-    eps, w = float(kernel.params["step_size"]), state.position
+    """[C] the MALA acceptance probability of one fresh Langevin proposal from each chain's
+    position, with the step the chain actually takes (``kernel.langevin_step``: per coordinate
+    for RMSProp- and Adam-SGLD, up to 1/a = 10x the nominal step) and the kernel's U, on
+    ``batch`` (the full data when None): a step-size diagnostic; near 1 the discretisation
+    barely biases the chains, low means the step is large for the curvature."""
+    eps, w = kernel.langevin_step(state), state.position
     e = kernel.energy(w, state, target, batch)
     noise = torch.randn(w.shape, generator=generator, device=w.device, dtype=w.dtype)
-    proposal = w - 0.5 * eps * e.grad + math.sqrt(eps) * noise
+    proposal = w - 0.5 * eps * e.grad + eps**0.5 * noise
     new = kernel.energy(proposal, state, target, batch)
     return mala_acceptance(w, proposal, e.value, new.value, e.grad, new.grad, eps)
 
@@ -331,10 +344,14 @@ def health(
     return out
 
 
-def plateaued(losses: np.ndarray, baseline: float, nbeta: float, tol: float = 0.05) -> bool:
-    """Whether the estimate has settled: the two halves of the draws (after burn-in) agree
-    within ``tol`` of the estimate or three standard errors of their difference over chains.
-    A chain still spreading out from w0 keeps raising its loss, so its halves disagree."""
+def stationary(losses: np.ndarray, baseline: float, nbeta: float, tol: float = 0.05) -> bool:
+    """Whether the running estimate is stationary: the two halves of the draws (after burn-in)
+    agree within ``tol`` of the estimate or three standard errors of their difference over
+    chains. A chain still spreading out from w0 keeps raising its loss, so its halves disagree.
+    That is all it can see: a step too large biases every draw alike, so a stationary estimate
+    can be far off (four DLN runs from 2.5 to 10.1 against 4.5 all passed). The calibration
+    sweep adds what separates those: agreement across step sizes 10x apart, the
+    preconditioned acceptance and lambda_hat against d/2 (``jobs.sweep``)."""
     losses = np.asarray(losses, dtype=np.float64)
     half = len(losses) // 2
     if half < 2:

@@ -48,10 +48,11 @@ class MHKernel(Kernel):
         return new, new.loss, ok.to(proposal.dtype)
 
 
-def log_q(to: Tensor, frm: Tensor, grad_frm: Tensor, eps: float) -> Tensor:
-    """log density (up to a constant) of the Langevin proposal frm -> to."""
+def log_q(to: Tensor, frm: Tensor, grad_frm: Tensor, eps: float | Tensor) -> Tensor:
+    """log density (up to a constant) of the Langevin proposal frm -> to; ``eps`` a float or a
+    per-coordinate step ([C, d], the same both ways: its normalising constants cancel)."""
     r = to - frm + 0.5 * eps * grad_frm
-    return -(r * r).sum(-1) / (2 * eps)
+    return -(r * r / (2 * eps)).sum(-1)
 
 
 def mala_log_ratio(
@@ -88,12 +89,16 @@ class RWMH(MHKernel):
 
 class HMC(MHKernel):
     """p ~ N(0, I); ``leapfrog_steps`` velocity-Verlet steps B(eps/2) A(eps) B(eps/2); accept with
-    min(1, exp(H(w, p) - H(w', p'))), H = U + |p|^2 / 2. With ``jitter`` each chain draws its
-    number of steps uniformly from 1..leapfrog_steps every iteration (masked, no host sync)."""
+    min(1, exp(H(w, p) - H(w', p'))), H = U + |p|^2 / 2. With ``jitter`` (the default) each chain
+    draws its number of steps uniformly from 1..leapfrog_steps every iteration (masked, no host
+    sync): a fixed length resonates when a mode's phase (omega L eps; the leapfrog's is
+    L arccos(1 - (eps omega)^2 / 2)) is near a multiple of pi: the trajectory ends near its start
+    or its mirror image, so that mode barely mixes and a far start stays far. ``jitter=False`` is
+    the fixed-length textbook HMC."""
 
     name = "hmc"
     leapfrog_steps: int = 10
-    jitter: bool = False
+    jitter: bool = True
 
     def noise(self, chains, dim):
         draws = super().noise(chains, dim)  # xi: the momentum

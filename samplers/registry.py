@@ -126,7 +126,13 @@ SPECS = [
                 1,
                 1000,
             ),
-            Param("jitter", "bool", False, "draw the number of leapfrog steps per chain and step"),
+            Param(
+                "jitter",
+                "bool",
+                True,
+                "draw the number of leapfrog steps per chain and step (off: fixed length, which "
+                "can resonate)",
+            ),
         ],
         HMC,
     ),

@@ -4,6 +4,14 @@ Notation as in the paper: eps = step_size, g = minibatch mean loss gradient (raw
 prior), grad U = nbeta g + localization (w - w0) + prior, eta = the step's N(0, I) draw (``xi``).
 Typos fixed as the reference says: eps_t[i] uses v_hat[i]; bias corrections use the exponent
 t + 1; v starts at 1.
+
+RMSProp- and Adam-SGLD precondition with a metric G(w) = diag(eps_t) that changes with the chain,
+and Langevin dynamics in such a metric needs the drift correction Gamma_i = sum_j dG_ij/dw_j to
+sample exp(-U). The papers (and devinterp) drop it, and so do these kernels, so they are biased:
+on reference 000's quadratic (E[nbeta L] = 1.4988) RMSProp-SGLD gives 1.661 at eps = 1e-6 and
+1.756 at 3e-7, Adam-SGLD 1.624 at 1e-6 (tests/test_kernels.py pins these). The bias grows as the
+step shrinks, the opposite of a discretisation error, so a smaller step does not remove it.
+Runs with them carry the warning ``DROPPED_GAMMA``.
 """
 
 from __future__ import annotations
@@ -15,6 +23,13 @@ import torch
 from torch import Tensor
 
 from .base import Kernel, State
+
+DROPPED_GAMMA = (
+    "this preconditioned kernel drops the metric's divergence term (Gamma), as the papers do, so "
+    "it samples a biased law even at small steps (the bias grows as the step shrinks: on the "
+    "reference quadratic, E[nbeta L] = 1.66 at step 1e-6 and 1.76 at 3e-7 against 1.50); an LLC "
+    "from it can be off by 10-20%: compare with sgld"
+)
 
 
 def _ones(state: State) -> Tensor:
@@ -47,11 +62,21 @@ class AdaptiveState(State):
     m: Tensor | None = None  # [C, d] EMA of the gradient (Adam)
 
 
+def preconditioned(eps: float, state: AdaptiveState, b: float, a: float) -> Tensor:
+    """[C, d] eps / (sqrt(v_hat) + a) with the state's v (bias-corrected as a step would, from
+    t = 1: before any step v is the initial 1)."""
+    v_hat = state.v / (1 - b ** state.t.clamp(min=1))
+    return eps / (v_hat.sqrt() + a)
+
+
 class RMSPropSGLD(Kernel):
     """v = b v + (1-b) g^2,  v_hat = v / (1 - b^(t+1)),  eps_t = eps / (sqrt(v_hat) + a),
-    Delta w = -(eps_t/2) grad U + sqrt(eps_t) eta                              (Alg. 3)."""
+    Delta w = -(eps_t/2) grad U + sqrt(eps_t) eta                              (Alg. 3).
+    The metric's divergence term Gamma is dropped, as the papers do (``DROPPED_GAMMA``): the
+    chains sample a biased law, and the bias grows as the step shrinks (module doc)."""
 
     name, minibatch = "rmsprop-sgld", True
+    caveats = {"dropped_gamma": DROPPED_GAMMA}
     batch_size: int | None = None
     a: float = 0.1
     b: float = 0.99
@@ -69,13 +94,20 @@ class RMSPropSGLD(Kernel):
         w = state.position - 0.5 * eps_t * e.grad + eps_t.sqrt() * noise["xi"]
         return replace(state, position=w, v=v, t=t), e.loss, _ones(state)
 
+    def langevin_step(self, state):
+        return preconditioned(self.step_size, state, self.b, self.a)
+
 
 class AdamSGLD(Kernel):
     """m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,  bias-corrected m_hat, v_hat,
     eps_t = eps / (sqrt(v_hat) + a),
-    Delta w = -(eps_t/2) (localization (w - w0) + nbeta m_hat) + sqrt(eps_t) eta   (Alg. 2)."""
+    Delta w = -(eps_t/2) (localization (w - w0) + nbeta m_hat) + sqrt(eps_t) eta   (Alg. 2).
+
+    The metric's divergence term Gamma is dropped, as the papers do (``DROPPED_GAMMA``): the
+    chains sample a biased law, and the bias grows as the step shrinks (module doc)."""
 
     name, minibatch = "adam-sgld", True
+    caveats = {"dropped_gamma": DROPPED_GAMMA}
     batch_size: int | None = None
     a: float = 0.1
     b1: float = 0.9
@@ -97,6 +129,9 @@ class AdamSGLD(Kernel):
         drift = e.grad - nbeta * e.loss_grad + nbeta * m_hat  # the momentum replaces g
         w = state.position - 0.5 * eps_t * drift + eps_t.sqrt() * noise["xi"]
         return replace(state, position=w, m=m, v=v, t=t), e.loss, _ones(state)
+
+    def langevin_step(self, state):
+        return preconditioned(self.step_size, state, self.b2, self.a)
 
 
 @dataclass
@@ -141,9 +176,19 @@ class SGHMC(Kernel):
 class SGNHT(Kernel):
     """SGHMC whose friction alpha_t follows a Nose-Hoover thermostat (Alg. 5):
     p <- p - eps grad U - alpha p + sqrt(2 alpha_0 eps) eta,  w <- w + p,
-    alpha <- alpha + |p|^2 / d - eps with the new p (a fixed diffusion, as Ding et al. and
-    devinterp). variant="paper", as printed: force eps/2, w moved by the old p, noise
-    sqrt(2 alpha_t eps) and alpha <- alpha + |p_old| / d - eps (it can diverge; kept to compare)."""
+    alpha <- alpha + |p|^2 / d - eps / (1 - alpha_0 / 2) with the new p (a fixed diffusion,
+    as Ding et al. and devinterp).
+
+    The thermostat's target: with Euler friction, p <- (1 - alpha) p + sqrt(2 alpha_0 eps) eta
+    has the stationary variance 2 alpha_0 eps / (1 - (1 - alpha)^2) = alpha_0 eps / (alpha (1 -
+    alpha / 2)). The chain is at temperature 1 when the friction balances the diffusion, alpha =
+    alpha_0 (SGHMC), where that variance is eps / (1 - alpha_0 / 2); so the thermostat drives
+    |p|^2 / d there. The printed target eps settles alpha at alpha_0 / (1 - alpha_0 / 2) = 0.105
+    and samples ~5% cold at every step size (position variance 0.95 on N(0, I)); alpha relaxes
+    over ~alpha_0 / eps steps, so only long runs show it.
+
+    variant="paper", as printed: force eps/2, w moved by the old p, noise sqrt(2 alpha_t eps)
+    and alpha <- alpha + |p_old| / d - eps (it can diverge; kept to compare)."""
 
     name, minibatch = "sgnht", True
     batch_size: int | None = None
@@ -159,11 +204,12 @@ class SGNHT(Kernel):
         eps, p, alpha, d = self.step_size, state.p, state.alpha[:, None], state.p.shape[1]
         if self.variant == "paper":
             p_new = p - 0.5 * eps * e.grad - alpha * p + (2 * alpha * eps).sqrt() * noise["xi"]
-            w, heat = state.position + p, torch.linalg.vector_norm(p, dim=-1) / d
+            w, heat, goal = state.position + p, torch.linalg.vector_norm(p, dim=-1) / d, eps
         else:
             p_new = p - eps * e.grad - alpha * p + (2 * self.friction * eps) ** 0.5 * noise["xi"]
             w, heat = state.position + p_new, (p_new * p_new).sum(-1) / d
-        alpha_new = state.alpha + heat - eps
+            goal = eps / (1 - 0.5 * self.friction)  # |p|^2 / d at alpha = alpha_0 (docstring)
+        alpha_new = state.alpha + heat - goal
         return replace(state, position=w, p=p_new, alpha=alpha_new), e.loss, _ones(state)
 
     def observe(self, state):

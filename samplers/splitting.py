@@ -64,9 +64,8 @@ class Splitting(Kernel):
     def start(self, state, target, generator):
         batch = None
         if self.uses_batches(target):  # the first gradient on a batch of its own
-            index = torch.randint(
-                target.n, (self.batch_size,), generator=generator, device=generator.device
-            )
+            shape = (state.position.shape[0], self.batch_size)  # a batch per chain
+            index = torch.randint(target.n, shape, generator=generator, device=generator.device)
             batch = target.batch(index)
         e = self.energy(state.position, state, target, batch)
         w = state.position
@@ -77,6 +76,9 @@ class Splitting(Kernel):
 
     def observe(self, state):
         return {"kinetic": 0.5 * (state.p * state.p).sum(-1)}
+
+    def langevin_step(self, state):  # fully damped (p fresh), B/2 A moves w as ULA of step h^2
+        return self.step_size**2
 
     def update(self, state, target, batch, noise):
         w, p, grad, loss = state.position, state.p, state.grad, state.loss

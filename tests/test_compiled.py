@@ -119,9 +119,9 @@ def test_a_paired_compiled_chunk_reports_w0s_loss_on_each_steps_batch():
         block = noise.take(noise.length)
         chunks.append(chunk_for(kernel, target, state, noise.length, False, wait=True))
         _, info = chunks[-1](state, block)
-        for i in range(3):  # w0's loss on step i's batch, evaluated directly
-            want = target.loss(w0[None], target.batch(block["index"][i]))
-            torch.testing.assert_close(info.scalars["center_loss"][i], want.expand(4))
+        for i in range(3):  # w0's loss on each chain's batch of step i, evaluated directly
+            want = target.loss(w0.expand(4, -1), target.batch(block["index"][i]))
+            torch.testing.assert_close(info.scalars["center_loss"][i], want)
     assert chunks[0] is chunks[1]
 
 

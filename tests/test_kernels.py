@@ -242,7 +242,7 @@ def test_marginals_match_exact_draws(kernel_name, target_name):
 
 def test_hmc_jitter_draws_trajectory_lengths_per_chain():
     target = gaussian_target()
-    fixed = samplers.make("hmc", step_size=0.1, leapfrog_steps=6)
+    fixed = samplers.make("hmc", step_size=0.1, leapfrog_steps=6, jitter=False)
     jitter = samplers.make("hmc", step_size=0.1, leapfrog_steps=6, jitter=True)
     x0 = target.exact_sample(gen(0), 64)
     moved = []
@@ -312,6 +312,47 @@ def test_momentum_kernels_quadratic_closed_form_and_the_paper_factor_two(name):
         assert abs(paper - exact) < 0.03 * exact and paper / limit > 1.9, (paper, exact)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "eps", "measured"),
+    [("rmsprop-sgld", 1e-6, 1.661), ("rmsprop-sgld", 3e-7, 1.756), ("adam-sgld", 1e-6, 1.624)],
+)
+def test_preconditioned_kernels_keep_their_documented_bias(name, eps, measured):
+    """RMSProp- and Adam-SGLD drop the metric's divergence term (samplers/sgmcmc.py), so on the
+    quadratic they miss 1.4988 by a bias that grows as the step shrinks. ``measured`` is the
+    review's figure (issue 37, +- 0.007-0.013); the bias must stay within 15% of it, so that a
+    change to these kernels (or a fix of the bias) is seen, not silently absorbed."""
+    c, nbeta = np.array([1, 0.3, 3]), 1000.0
+    limit = float((nbeta * c / (2 * nbeta * c + 1)).sum())  # 1.4988
+    got, se = quadratic_llc(name, 8000, chains=8000, step_size=eps)  # 1.6545, 1.7516, 1.6170
+    assert 3 * se < 0.15 * (measured - limit)  # the band is 3 standard errors wide at least
+    assert abs((got - limit) - (measured - limit)) < 0.15 * (measured - limit), (got, se)
+    assert samplers.make(name, step_size=eps).caveats.keys() == {"dropped_gamma"}
+
+
+@pytest.mark.slow
+def test_sgnht_samples_at_temperature_one_once_its_thermostat_has_relaxed():
+    """The thermostat relaxes over ~alpha_0 / eps steps, so both runs burn in for 4-200 times
+    that. Both must then match the truth within 5 SE plus 1% for the step's own discretisation
+    bias (measured: +0.1% and -0.4%); the printed target eps settled alpha at 0.105 and ran 5%
+    cold (measured: 0.947 and 1.415)."""
+    chains = 256
+    target = landscapes.make("gaussian", dim=10, device=DEVICE, dtype="float64")
+    kernel = samplers.make("sgnht", step_size=0.01, friction=0.1)
+    g = gen(7)
+    state = kernel.init(target.exact_sample(g, chains), target, g)
+    state, _ = kernel.run(state, target, g, 2000)  # 200 relaxation times of alpha
+    state, info = kernel.run(state, target, g, 4000)
+    per_chain = 2 * info.loss.mean(0) / 10  # U = |w|^2 / 2: E[U] = d var / 2
+    var, se = per_chain.mean().item(), per_chain.std().item() / math.sqrt(chains)
+    assert abs(var - 1) < 5 * se + 0.01, (var, se)
+
+    c, nbeta = np.array([1, 0.3, 3]), 1000.0
+    limit = float((nbeta * c / (2 * nbeta * c + 1)).sum())  # 1.4988
+    got, se = quadratic_llc("sgnht", 8000, step_size=1e-4, friction=0.1)  # burn-in: 4 times
+    assert abs(got - limit) < 5 * se + 0.01 * limit, (got, se, limit)
+
+
 # --- minibatches, divergence, bad input -------------------------------------------------------
 
 
@@ -365,7 +406,7 @@ def test_a_nan_chain_is_frozen_and_flagged_and_the_others_are_untouched(name):
     [
         ("mala", {"step_size": 0.05}),
         ("rwmh", {"step_size": 0.3}),
-        ("hmc", {"step_size": 0.1, "leapfrog_steps": 5}),
+        ("hmc", {"step_size": 0.1, "leapfrog_steps": 5, "jitter": False}),
         ("hmc", {"step_size": 0.1, "leapfrog_steps": 5, "jitter": True}),
         # U = L only at nbeta = 1 with nothing added; here U is 2 L, or L plus the pull
         ("mala", {"step_size": 0.05, "nbeta": 2.0}),

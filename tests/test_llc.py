@@ -83,6 +83,37 @@ def test_mala_acceptance_matches_devinterp_vectors(w, g, u, w_new, g_new, u_new,
     assert float(a[0]) == pytest.approx(expected, abs=1e-6)
 
 
+@pytest.mark.parametrize("name", ["rmsprop-sgld", "adam-sgld"])
+def test_the_acceptance_probe_proposes_with_the_preconditioned_step(name):
+    """RMSProp/Adam-SGLD move each coordinate by eps_t = eps / (sqrt(v_hat) + a), up to 10x eps:
+    the probe must propose with that step (here 10x eps on U = (w0^2 + 50 w1^2) / 2, where
+    eps_t lam = 2 makes MALA reject often), not with eps (eps lam = 0.2: accepted ~always).
+    The expected value is MALA's ratio for a diagonal step, written out here in numpy."""
+    import samplers
+
+    target = landscapes.make("custom", formula="(w0**2 + 50 * w1**2) / 2", dtype="float64")
+    eps, lam = 0.004, np.array([1.0, 50.0])
+    kernel = samplers.make(name, step_size=eps)
+    g = torch.Generator().manual_seed(0)
+    state = kernel.init(torch.randn(256, 2, generator=g, dtype=torch.float64) * 0.1, target, g)
+    state.v, state.t = torch.zeros_like(state.v), state.t + 5  # v_hat = 0: eps_t = eps / a
+    got = llc.sgld_acceptance(kernel, state, target, torch.Generator().manual_seed(1)).numpy()
+    w = state.position.numpy()
+    xi = torch.randn(w.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+    def mala(step):  # [C] min(1, ratio) of the proposal of ``step`` with the probe's draws
+        new = w - 0.5 * step * lam * w + math.sqrt(step) * xi.numpy()
+
+        def log_q(to, frm):  # the Langevin proposal density frm -> to, up to a constant
+            return -(((to - frm + 0.5 * step * lam * frm) ** 2) / (2 * step)).sum(-1)
+
+        u, u_new = 0.5 * (lam * w * w).sum(-1), 0.5 * (lam * new * new).sum(-1)
+        return np.minimum(1.0, np.exp(u - u_new + log_q(w, new) - log_q(new, w)))
+
+    np.testing.assert_allclose(got, mala(eps / kernel.a), rtol=1e-10)  # 10x eps
+    assert mala(eps).mean() > 0.95 > 0.8 > got.mean()  # the raw step would have looked fine
+
+
 def test_gradient_noise_ratio_matches_the_per_sample_variance():
     # Linear regression (a one-layer DLN): per-sample gradients have a closed form, so
     # Var(g_m) = Var_i(grad l_i) / m for minibatches drawn with replacement.
@@ -176,12 +207,12 @@ def test_random_init_is_not_the_truth_and_is_seeded():
     assert a[:12].abs().max() <= 1 / math.sqrt(3)  # U(-1/sqrt(fan_in), 1/sqrt(fan_in))
 
 
-def test_plateau_tells_a_settled_trace_from_a_drifting_one():
+def test_stationary_tells_a_settled_trace_from_a_drifting_one():
     rng = np.random.default_rng(3)
     settled = 1.0 + 0.01 * rng.standard_normal((4000, 8))
     drifting = settled + np.linspace(0, 0.5, 4000)[:, None]  # still spreading out from w0
-    assert llc.plateaued(settled, 0.9, 10.0)
-    assert not llc.plateaued(drifting, 0.9, 10.0)
+    assert llc.stationary(settled, 0.9, 10.0)
+    assert not llc.stationary(drifting, 0.9, 10.0)
 
 
 def test_a_paired_step_reports_w0s_loss_on_its_own_batch_and_the_pairs_cut_the_noise():

@@ -148,19 +148,23 @@ def test_every_network_target_dataset_and_activation_is_covered():
 
 
 @pytest.mark.parametrize("key", sorted(NETWORKS))
-@pytest.mark.parametrize("batched", [False, True], ids=["full", "minibatch"])
+@pytest.mark.parametrize("batched", ["full", "minibatch", "per-chain"])
 def test_batched_equals_per_chain_loop(key, batched):
+    """All chains at once equal one chain at a time: on the full data, on a shared minibatch,
+    and on a minibatch per chain (what samplers draw), chain c then seeing only its own."""
     target = cached(key)
     w = positions(target)
-    batch = minibatch(target) if batched else None
-    loss, grad = target.loss(w, batch), target.grad(w, batch)
+    index = torch.randint(target.n, (4, 16), generator=torch.Generator().manual_seed(2))
+    batch = {"full": None, "minibatch": minibatch(target), "per-chain": target.batch(index)}
+    loss, grad = target.loss(w, batch[batched]), target.grad(w, batch[batched])
     assert loss.shape == (4,) and grad.shape == (4, target.dim)
     for c in range(w.shape[0]):
+        own = target.batch(index[c]) if batched == "per-chain" else batch[batched]
         torch.testing.assert_close(
-            loss[c : c + 1], target.loss(w[c : c + 1], batch), rtol=1e-10, atol=1e-12
+            loss[c : c + 1], target.loss(w[c : c + 1], own), rtol=1e-10, atol=1e-12
         )
         torch.testing.assert_close(
-            grad[c : c + 1], target.grad(w[c : c + 1], batch), rtol=1e-10, atol=1e-12
+            grad[c : c + 1], target.grad(w[c : c + 1], own), rtol=1e-10, atol=1e-12
         )
 
 
