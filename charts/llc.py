@@ -355,10 +355,22 @@ def dln_error_figure(metrics: Sequence[Mapping]) -> go.Figure:
 
 
 def nan_fraction_figure(metrics: Sequence[Mapping]) -> go.Figure:
-    """The fraction of chains that diverged (NaN), per sampler, against the step size."""
+    """Per sampler against the step size: the fraction of chains that diverged (NaN, solid) and
+    of runs with at least one (dashed; those runs' estimates average the surviving chains)."""
     fig = _per_sampler_lines(
-        metrics, "nan_fraction", "NaN fraction vs step size", "NaN fraction of chains (0-1)"
+        metrics, "nan_fraction", "NaN fraction vs step size", "NaN fraction (0-1)"
     )
+    for i, (sampler, rows) in enumerate(_by_sampler(metrics).items()):
+        fig.data[i].name = f"{sampler}: chains"
+        fig.add_trace(
+            go.Scatter(
+                x=[r["step_size"] for r in rows],
+                y=[r.get("nan_run_fraction") for r in rows],
+                mode="lines+markers",
+                name=f"{sampler}: runs with a NaN chain",
+                line={"color": PALETTE[i % len(PALETTE)], "dash": "dash"},
+            )
+        )
     fig.update_yaxes(range=[-0.05, 1.05])
     return fig
 

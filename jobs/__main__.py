@@ -226,6 +226,8 @@ def cmd_run(args: argparse.Namespace, store: Store) -> int:
         raise
     status.close()
     store.finish(run_id, summary["status"], summary=summary)
+    for warning in summary["warnings"]:
+        print(f"warning: {warning['code']}: {warning['message']}", file=sys.stderr)
     if args.json:
         print(json.dumps(_finite(summary)))
     else:
@@ -389,7 +391,8 @@ def _print_sweep(result: dict, as_json: bool) -> int:
         print(
             f"{m['sampler']:<14} step {m['step_size']:<8.2g} rel. error "
             f"{fmt(m['relative_error_mean'])} +- {fmt(m['relative_error_sd'])}  "
-            f"NaN {m['nan_fraction']:.2f}  order {fmt(m['order_preservation'])}"
+            f"NaN chains {m['nan_fraction']:.2f} runs {m['nan_run_fraction']:.2f}  "
+            f"order {fmt(m['order_preservation'])}"
         )
     for c in result.get("cells", []) if result["kind"] == "calibrate" else []:
         llc = "-" if c["llc"] is None else f"{c['llc']:.4g}"

@@ -205,7 +205,9 @@ def test_dln_sweep_fills_in_its_plots_and_is_deleted(home):
     trace = titled(at, "Relative error")["data"][0]
     assert trace["name"] == "sgld" and values(trace["x"]) == [1e-6]
     assert values(trace["y"])[0] == pytest.approx(metric["relative_error_mean"])
-    assert values(titled(at, "NaN fraction")["data"][0]["y"]) == [metric["nan_fraction"]]
+    chains, runs = titled(at, "NaN fraction")["data"][:2]
+    assert values(chains["y"]) == [metric["nan_fraction"]]
+    assert values(runs["y"]) == [metric["nan_run_fraction"]] and "runs" in runs["name"]
     at.button(key="dln.delete").click().run()
     assert store.list_sweeps() == [] and store.list() == []
 

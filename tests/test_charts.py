@@ -218,6 +218,7 @@ def _metrics(sd, order):
             "relative_error_mean": 0.1,
             "relative_error_sd": sd,
             "nan_fraction": 0.0,
+            "nan_run_fraction": 0.0,
             "order_preservation": order,
         }
         for eps in (1e-7, 1e-6)

@@ -146,6 +146,8 @@ def test_dln_sweep_metrics_follow_from_its_runs(tmp_path):
             assert metric["relative_error_mean"] == pytest.approx(np.mean(rel))
         nan = sum(c["nan_chains"] for c in cells) / sum(c["chains"] for c in cells)
         assert metric["nan_fraction"] == pytest.approx(nan)
+        runs = sum(c["nan_chains"] > 0 for c in cells) / len(cells)  # runs with a NaN chain
+        assert metric["nan_run_fraction"] == pytest.approx(runs)
     stable, wild = by_step[1e-7], by_step[1e-4]
     assert stable["nan_fraction"] == 0
     assert wild["nan_fraction"] > 0 or wild["relative_error_mean"] > stable["relative_error_mean"]

@@ -180,7 +180,9 @@ def run_status(record: RunRecord) -> None:
             st.warning(
                 f"{what} Lower the step size (or raise friction) and run again.", icon=WARNING
             )
-        else:
+        for warning in summary.get("warnings", []):  # the kernel's known biases
+            st.warning(f"Completed, but {warning['message']}.", icon=WARNING)
+        if not diverged and not summary.get("warnings"):
             st.success("Run completed.", icon=DONE)
     elif record.status in HINTS:
         message = HINTS[record.status]
