@@ -246,8 +246,13 @@ def _curve(store: Store, run_id: str, spec: RunSpec, summary: dict) -> dict:
 
 
 ACCEPTANCE_MIN = 0.9  # the preconditioned MALA acceptance below which a step biases the chains
-DECADE = (5.0, 20.0)  # step ratios that count as "an order of magnitude apart"
-AGREE = 0.2  # relative difference two such estimates may have, on top of 2 combined SEs
+PRECISION = 0.1  # an estimate with an SE above this fraction of it can neither confirm nor be
+DECADE = (5.0, 20.0)  # step ratios that count as "an order of magnitude smaller"
+AGREE = 0.1  # relative difference two such estimates may have, on top of 2 combined SEs
+
+
+def precise(row: dict) -> bool:
+    return row["llc"] is not None and (row["se"] or 0) <= PRECISION * abs(row["llc"])
 
 
 def agree(a: dict, b: dict) -> bool:
@@ -257,19 +262,25 @@ def agree(a: dict, b: dict) -> bool:
 
 
 def step_flags(rows: list[dict]) -> None:
-    """Flag each cell whose estimate no cell at its nbeta and a step 10x away confirms:
-    "step_sensitive" when those disagree with it, "unconfirmed" when the grid has none."""
+    """Flag what the step-size axis says about each cell: "imprecise" (SE > 10% of lambda_hat:
+    more chains or steps), else whether the precise cells at its nbeta and a step about 10x
+    smaller confirm it, as halving a step checks an integrator: "step_sensitive" when they all
+    disagree, "unconfirmed" when the grid has none (its smallest step, always). A smaller step
+    that has not mixed yet reads low and makes a good step look sensitive: a false alarm, never
+    a false pass."""
     for row in rows:
         if row["llc"] is None:
+            continue
+        if not precise(row):
+            row["flags"].append("imprecise")
             continue
         others = [
             o
             for o in rows
-            if o["nbeta_value"] == row["nbeta_value"]
-            and o["llc"] is not None
-            and DECADE[0]
-            <= max(o["step_size"], row["step_size"]) / min(o["step_size"], row["step_size"])
-            <= DECADE[1]
+            if o is not row
+            and o["nbeta_value"] == row["nbeta_value"]
+            and precise(o)
+            and DECADE[0] <= row["step_size"] / o["step_size"] <= DECADE[1]
         ]
         if not others:
             row["flags"].append("unconfirmed")

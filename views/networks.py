@@ -189,7 +189,11 @@ def live_calibration(sweep_id: str) -> None:
     st.plotly_chart(figure, key=f"cal.grid.{sweep_id}")
     for nbeta, step_size in result["recommended"].items():
         if step_size is None:
-            st.warning(f"nβ = {float(nbeta):.4g}: no stable step size in the grid; go smaller.")
+            st.warning(
+                f"nβ = {float(nbeta):.4g}: no step size in the grid passes every check; the "
+                "flags on each cell say why (smaller steps, more steps or more chains).",
+                icon=ui.WARNING,
+            )
         else:
             st.success(f"nβ = {float(nbeta):.4g}: largest stable step size ε = {step_size:g}")
     if result["cells"]:
@@ -230,7 +234,11 @@ with calibrate_tab:
     st.markdown(
         "The setup above over a grid of step sizes ε and nβ values, one run per cell. A cell is "
         "**stable** when no chain diverged, the loss did not spike, λ̂ lies in (0, d/2] within "
-        "2 standard errors and has plateaued; the recommendation is the largest stable ε for "
+        "2 standard errors, its running estimate is stationary, a Langevin step of the size the "
+        "chains take (preconditioning included) would be accepted by MALA at least 90% of the "
+        "time, its SE is within 10% of λ̂, and a cell with a step 10× larger or smaller agrees "
+        "with it (within 10% plus 2 SE). A step that is too large biases every draw alike, so a "
+        "settled curve alone proves nothing. The recommendation is the largest stable ε for "
         "each nβ."
     )
     c1, c2 = st.columns(2)
