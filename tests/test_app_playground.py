@@ -205,6 +205,22 @@ def test_a_run_whose_every_chain_diverged_says_so(home):
     ]
 
 
+def test_a_run_of_a_kernel_with_a_known_bias_says_so_instead_of_a_green_completed(home):
+    """RMSProp-SGLD drops the metric's Gamma term (samplers/sgmcmc.py): its run completes, but
+    the page warns about the bias rather than reporting a plain success."""
+    at = page("playground")
+    at.selectbox(key="pg.sampler_name").select("rmsprop-sgld").run()
+    at.number_input(key="pg.chains").set_value(4).run()
+    at.number_input(key="pg.steps").set_value(100).run()
+    at.button(key="pg.run").click().run()
+    (run,) = wait_for_runs(home, 1)
+    assert run.status == "completed" and run.summary["warnings"][0]["code"] == "dropped_gamma"
+    at.run()
+    assert not at.exception
+    assert any("Gamma" in w.value and "biased" in w.value for w in at.warning)
+    assert not [s.value for s in at.success if s.value == "Run completed."]
+
+
 # -- Compare ----------------------------------------------------------------------------------
 
 

@@ -91,6 +91,18 @@ def test_cli_run_json_moments_match_the_exact_gaussian(tmp_path):
 
 
 @pytest.mark.slow
+def test_cli_run_warns_about_a_kernel_with_a_known_bias(tmp_path):
+    # RMSProp-SGLD drops the metric's Gamma term: the summary and stderr say so; SGLD has none
+    args = ["run", "--target", "banana", "--param", "step_size=0.01", "--steps", "20", "--json"]
+    biased = cli(tmp_path, *args, "--sampler", "rmsprop-sgld")
+    assert biased.returncode == 0, biased.stderr
+    (warning,) = json.loads(biased.stdout)["warnings"]
+    assert warning["code"] == "dropped_gamma" and "Gamma" in warning["message"]
+    assert "warning: dropped_gamma: " in biased.stderr
+    plain = cli(tmp_path, *args, "--sampler", "sgld")
+    assert json.loads(plain.stdout)["warnings"] == [] and "warning:" not in plain.stderr
+
+
 def test_cli_run_on_a_network_records_a_projection_and_netcdf_export(tmp_path):
     # d = 2410 > 64: positions are projected on a fixed orthonormal basis, snapshots kept.
     args = ["--target", "mlp", "--sampler", "sgld", "--param", "step_size=1e-5"]
