@@ -1,9 +1,11 @@
 """Find or start the worker supervisor of a store, so the app never runs a sampler itself.
 
 One supervisor per BASIN_HOME: ``python -m jobs worker`` in its own session (it outlives the
-app that started it, as runs outlive a closed tab), its pid in ``$BASIN_HOME/supervisor.pid``.
-Starting is idempotent: a live pid in the file means the pool is already there, whoever
-started it (the app, another app process, or a user's ``python -m jobs worker``).
+app that started it, as runs outlive a closed tab), its pid and start time (as the operating
+system reports it) in ``$BASIN_HOME/supervisor.pid``. Starting is idempotent: a live process
+with that pid and start time is the pool, already there. A pid alone could name a stranger (the
+supervisor died and the system gave its pid to another process): such a file is stale, a new
+pool starts, and the stranger is never signalled.
 """
 
 from __future__ import annotations
@@ -28,15 +30,63 @@ def _pidfile(store: Store) -> Path:
 
 
 def supervisor_pid(store: Store) -> int | None:
-    """The live supervisor's pid, or None."""
+    """The live supervisor's pid, or None (no file, or its pid is gone or now names another
+    process: one started at another time)."""
     try:
-        pid = int(_pidfile(store).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        text, started = _pidfile(store).read_text().split(maxsplit=1)
+        pid = int(text)
+    except (OSError, ValueError):  # none, or a bare pid (no start time: it cannot be told)
         return None
     if os.name == "posix":  # Windows has no zombies (and its waitpid takes a handle, not a pid)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # our own child that exited is a zombie until reaped
-    return pid if _pid_alive(pid) else None
+    return pid if _pid_alive(pid) and _started(pid) == started.strip() else None
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started, as its operating system tells it; None if it cannot be
+    read (gone, or not ours to query). A pid is reused only after its process ended, so pid
+    and start time name one process."""
+    if os.name == "nt":
+        return _windows_started(pid)
+    if not Path("/proc/self/stat").exists():  # macOS, the BSDs
+        return _ps_started(pid)
+    try:  # Linux: field 22, clock ticks after boot; the fields after the name's ')' start at 3
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _ps_started(pid: int) -> str | None:
+    """``ps -o lstart``, to the second: 'Mon Jan  1 00:00:00 2024' (in UTC, whatever the
+    caller's time zone)."""
+    env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
+    command = ["ps", "-o", "lstart=", "-p", str(pid)]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return " ".join(out.split()) or None
+
+
+def _windows_started(pid: int) -> str | None:
+    """The process's creation time (100 ns ticks since 1601) through ctypes."""
+    import ctypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    kernel32.OpenProcess.restype = ctypes.c_void_p
+    times = [ctypes.c_ulonglong() for _ in range(4)]  # creation, exit, kernel, user (FILETIMEs)
+    filetime = ctypes.POINTER(ctypes.c_ulonglong)
+    kernel32.GetProcessTimes.argtypes = (ctypes.c_void_p, filetime, filetime, filetime, filetime)
+    kernel32.CloseHandle.argtypes = (ctypes.c_void_p,)
+    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return None
+    try:
+        ok = kernel32.GetProcessTimes(handle, *(ctypes.byref(t) for t in times))
+        return str(times[0].value) if ok else None
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 @contextlib.contextmanager
@@ -73,7 +123,7 @@ def ensure_supervisor(store: Store, slots: int | None = None) -> int:
             command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **detach
         )
         log.close()
-        _pidfile(store).write_text(f"{process.pid}\n")
+        _pidfile(store).write_text(f"{process.pid} {_started(process.pid)}\n")
         return process.pid
 
 
@@ -90,7 +140,7 @@ def stop_supervisor(store: Store, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while supervisor_pid(store) == pid and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _pid_alive(pid):
+    if supervisor_pid(store) == pid:  # still the same process: its pid was not reused since
         with contextlib.suppress(OSError):  # Windows has no SIGKILL: SIGTERM terminates there
             os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
     _pidfile(store).unlink(missing_ok=True)

@@ -26,6 +26,7 @@ from .widgets import (
     kept,
     param_inputs,
     parse_grid,
+    plain,
     spec_error,
 )
 
@@ -41,6 +42,7 @@ __all__ = [
     "kept",
     "param_inputs",
     "parse_grid",
+    "plain",
     "poll",
     "progress_bar",
     "run_label",

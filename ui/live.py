@@ -7,7 +7,7 @@ import streamlit as st
 
 from jobs.store import RunRecord, Store
 
-from .widgets import DONE, WARNING
+from .widgets import DONE, WARNING, plain
 
 FINAL = ("completed", "cancelled", "failed", "interrupted")
 
@@ -180,12 +180,13 @@ def run_status(record: RunRecord) -> None:
             st.warning(
                 f"{what} Lower the step size (or raise friction) and run again.", icon=WARNING
             )
-        for warning in summary.get("warnings", []):  # the kernel's known biases
-            st.warning(f"Completed, but {warning['message']}.", icon=WARNING)
+        for warning in summary.get("warnings", []):  # known biases, no acceptance
+            if warning["code"] != "all_diverged":  # said above, with what to try
+                st.warning(f"Completed, but {warning['message']}.", icon=WARNING)
         if not diverged and not summary.get("warnings"):
             st.success("Run completed.", icon=DONE)
     elif record.status in HINTS:
         message = HINTS[record.status]
         if record.error:
-            st.error(f"{record.status}: {record.error}", icon=WARNING)
+            st.error(f"{record.status}: {plain(record.error)}", icon=WARNING)  # echoes input
         st.info(message)

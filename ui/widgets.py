@@ -117,10 +117,18 @@ def spec_error(exc: Exception) -> None:
         st.code(rest, language=None)
 
 
+# What Markdown acts on anywhere in a line: emphasis, code, (Streamlit's) LaTeX, links, images
+# and colour directives ([ ]), HTML and autolinks (<), entities (&), table cells (|) ...
+INLINE = re.compile(r"([\\`*_~$\[\]<&|])")
+# ... and at a line's start: headings, quotes, lists and the rules under setext headings
+LINE_START = re.compile(r"^([ \t]*\d*)([#>+=.)-])", re.MULTILINE)
+
+
 def plain(text: str) -> str:
-    """``text`` with the characters escaped that turn typed text into Markdown emphasis, code
-    or (Streamlit's) LaTeX; brackets and the like form links only with a URL beside them."""
-    return re.sub(r"([\\`*_~$])", r"\\\1", text)
+    """Markdown that shows ``text`` as typed (a backslash before punctuation shows it alone):
+    for user text in Streamlit's Markdown elements, so that a run error echoing
+    '![x](http://...)' shows those characters and fetches nothing."""
+    return LINE_START.sub(r"\1\\\2", INLINE.sub(r"\\\1", text))
 
 
 def llc_option(name: str, key: str, default=None):

@@ -149,14 +149,14 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     params_json = report.params_json(first)
     target = target_of(first["target"]["name"], params_json)
     if isinstance(target, ParamError):
-        st.error(str(target), icon=ui.WARNING)
+        ui.spec_error(target)
         return
     label = labels_of(target)[coord]
     burn = report.burn_records(first)
     exact_all = exact_draws(target.name, params_json)
 
     for record in records.values():
-        st.caption(f"**{record.spec['sampler']['name']}**")
+        st.caption(f"**{ui.plain(record.spec['sampler']['name'])}**")
         ui.progress_bar(record)
     draws, data, exact_ok = {}, {}, {}
     for run_id, record in records.items():
@@ -224,7 +224,7 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     if done:
         for record in records.values():
             if record.status != "completed" or (record.summary or {}).get("diverged_chains"):
-                st.caption(f"**{record.spec['sampler']['name']}**")
+                st.caption(f"**{ui.plain(record.spec['sampler']['name'])}**")
                 ui.run_status(record)
 
 
