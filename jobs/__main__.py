@@ -5,8 +5,9 @@
     python -m jobs run spec.json --json          # a RunSpec as JSON
     python -m jobs submit ...                    # queue it; prints the run id
     python -m jobs worker [--slots N]            # serve the queue (the app starts one too)
-    python -m jobs list | show ID [--json] [--diagnostics] | cancel ID | delete ID
+    python -m jobs list | show ID [--json] [--diagnostics] | cancel ID | delete ID | resume ID
     python -m jobs export ID --format netcdf|npz --out PATH
+    python -m jobs check                         # what is damaged in the store (exit 1 if any)
     python -m jobs sweep dln --class tiny --problems 16 --samplers sgld,rmsprop-sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --steps 5000 --json      # the DLN benchmark
     python -m jobs sweep calibrate --target dln ... --sampler sgld \\
@@ -22,16 +23,19 @@ A bad spec exits with code 2 and one message naming the field. The store is $BAS
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import math
 import os
+import sqlite3
 import sys
 import threading
 import time
 from pathlib import Path
 
-from .spec import SpecError, check_budget, parse_spec
-from .store import Store, StoreError
+from .spec import SpecError, check_budget, parse_spec, read_spec_file
+from .store import DamagedStore, Store, StoreError
 
 
 def _value(text: str):
@@ -57,10 +61,7 @@ def spec_from_args(args: argparse.Namespace) -> dict:
     the file's, --target-param and --param set single parameters of whichever is chosen)."""
     data: dict = {}
     if args.spec:
-        try:
-            data = json.loads(Path(args.spec).read_text())
-        except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON
-            raise SpecError("spec", f"cannot read {args.spec}: {exc}") from None
+        data = read_spec_file(args.spec)  # size- and depth-capped
         if not isinstance(data, dict):
             raise SpecError("spec", f"{args.spec} must hold a JSON object, not {_kind(data)}")
     for role, name, flag, items in (
@@ -198,13 +199,35 @@ class StatusLine:
 
 
 def cmd_run(args: argparse.Namespace, store: Store) -> int:
-    from .run import execute
-    from .worker import cancelled, heartbeat
-
     spec = _validated(args)
     run_id = store.create(spec.model_dump(mode="json"))
-    record = store.claim(os.getpid(), run_id)
+    return _foreground(args, store, run_id, spec)
 
+
+def cmd_resume(args: argparse.Namespace, store: Store) -> int:
+    """An interrupted (or cancelled) run, continued here: it replays its steps from the seed
+    without writing what the store holds, then records the rest (``jobs.run``)."""
+    record = store.get(args.id)
+    if record.status not in ("interrupted", "cancelled"):
+        print(
+            f"resume: run {args.id} is {record.status}; only interrupted or cancelled runs "
+            "can be resumed",
+            file=sys.stderr,
+        )
+        return 2
+    spec = parse_spec(record.spec)
+    store.requeue(args.id)
+    return _foreground(args, store, args.id, spec)
+
+
+def _foreground(args: argparse.Namespace, store: Store, run_id: str, spec) -> int:
+    """Run ``run_id`` in this process, progress on stderr, the summary on stdout."""
+    from landscapes import ParamError
+
+    from .run import execute
+    from .worker import cancelled, disk_full, heartbeat
+
+    record = store.claim(os.getpid(), run_id)
     status = StatusLine()
 
     def report(p) -> None:
@@ -221,8 +244,16 @@ def cmd_run(args: argparse.Namespace, store: Store) -> int:
         print(f"{run_id} cancelled", file=sys.stderr)
         return 130
     except BaseException as exc:
-        store.finish(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
         status.close()
+        if disk_full(exc):  # a clear line, not a traceback; the flushed records stay readable
+            error = f"disk full: {store.records(run_id)} records kept ({exc})"
+            with contextlib.suppress(OSError, sqlite3.Error):
+                store.finish(run_id, "failed", error=error)
+            print(f"{run_id} failed: {error}", file=sys.stderr)
+            return 1
+        store.finish(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, ParamError):  # one line, as at submit, not a traceback
+            raise SpecError(exc.field, str(exc).removeprefix(f"{exc.field}: ")) from None
         raise
     status.close()
     store.finish(run_id, summary["status"], summary=summary)
@@ -241,12 +272,32 @@ def cmd_submit(args: argparse.Namespace, store: Store) -> int:
     return 0
 
 
+def _store_errors(command):
+    """A damaged store file, row or record as one line naming it (exit 2), not a traceback."""
+
+    @functools.wraps(command)
+    def guarded(args: argparse.Namespace, store: Store) -> int:
+        try:
+            return command(args, store)
+        except StoreError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return guarded
+
+
+def _name(spec: dict, role: str) -> str:
+    """The spec's target or sampler name; "?" where a stored spec lacks it."""
+    part = spec.get(role)
+    return str(part.get("name", "?")) if isinstance(part, dict) else "?"
+
+
 def _show(record) -> dict:
     return {
         "run_id": record.id,
         "status": record.status,
-        "target": record.spec["target"]["name"],
-        "sampler": record.spec["sampler"]["name"],
+        "target": _name(record.spec, "target"),
+        "sampler": _name(record.spec, "sampler"),
         "created": record.created,
         "started": record.started,
         "finished": record.finished,
@@ -257,15 +308,30 @@ def _show(record) -> dict:
     }
 
 
+@_store_errors
 def cmd_list(args: argparse.Namespace, store: Store) -> int:
     store.mark_stale()
-    for r in store.list():
+    for r in store.entries():
+        if isinstance(r, DamagedStore):  # one damaged row hides no other run
+            print(f"{r.run_id}  {'damaged':<11} {str(r).removeprefix(f'run {r.run_id}: ')}")
+            continue
         done, total = r.progress.get("steps_done"), r.progress.get("steps_total")
-        target, sampler = r.spec["target"]["name"], r.spec["sampler"]["name"]
+        target, sampler = _name(r.spec, "target"), _name(r.spec, "sampler")
         print(f"{r.id}  {r.status:<11} {target:<16} {sampler:<12} {done}/{total}")
     return 0
 
 
+@_store_errors
+def cmd_check(args: argparse.Namespace, store: Store) -> int:
+    problems = store.check()
+    for line in problems:
+        print(line)
+    if not problems:
+        print(f"{store.home}: no damage found")
+    return 1 if problems else 0
+
+
+@_store_errors
 def cmd_show(args: argparse.Namespace, store: Store) -> int:
     store.mark_stale()
     info = _show(store.get(args.id))
@@ -294,9 +360,14 @@ def cmd_delete(args: argparse.Namespace, store: Store) -> int:
     return 0
 
 
+@_store_errors
 def cmd_export(args: argparse.Namespace, store: Store) -> int:
+    """Exit 1 when damaged records were left out of the file (each range named on stderr)."""
     record = store.get(args.id)
-    spec = parse_spec(record.spec)
+    try:
+        spec = parse_spec(record.spec)
+    except SpecError as exc:
+        raise SpecError("id", f"run {args.id} has an invalid stored spec ({exc})") from None
     burn = math.ceil(spec.burn_in / spec.thin)  # the store keeps every thin-th step already
     if store.records(args.id) <= burn:
         kept = "no records yet" if record.status in ("queued", "running") else "no records"
@@ -304,8 +375,20 @@ def cmd_export(args: argparse.Namespace, store: Store) -> int:
         raise SpecError("id", f"run {args.id} has {kept}{after} (status {record.status})")
     export = store.export_netcdf if args.format == "netcdf" else store.export_npz
     out = _out_path(args.out)
-    print(_write(out, lambda path: export(args.id, path, burn_in=burn)))
-    return 0
+    if out.exists() and not out.is_file():  # /dev/null, a pipe: nothing can be renamed onto it
+        raise SpecError(
+            "--out",
+            f"{args.out} is not a regular file (a pipe or device): an export is written to a "
+            "temporary file beside its target and renamed onto it; give a file path",
+        )
+    damaged = []
+    print(_write(out, lambda path: export(args.id, path, burn_in=burn, damaged=damaged)))
+    for first, last, why in damaged:
+        print(
+            f"warning: run {args.id}: records {first}-{last} left out of the export ({why})",
+            file=sys.stderr,
+        )
+    return 1 if damaged else 0
 
 
 def _floats(text: str, flag: str) -> tuple[float, ...]:
@@ -421,6 +504,7 @@ def cmd_surface(args: argparse.Namespace, store: Store) -> int:
     }
     if args.burn_in is not None:
         options["burn_in"] = args.burn_in
+    surface.check_range(args.range, "--range")
     path = _out_path(args.out) if args.out else None  # before the surface is computed
     out = surface.compute(store, args.id, device=args.device, dtype=args.dtype, **options)
     if path:
@@ -440,6 +524,17 @@ def cmd_surface(args: argparse.Namespace, store: Store) -> int:
     if args.out:
         print(f"wrote {args.out}")
     return 0
+
+
+def _slots(text: str) -> int:
+    """``--slots``: runs at once, at least 1."""
+    try:
+        slots = int(text)
+    except ValueError:
+        slots = 0
+    if slots < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 (at least 1 run), got {text!r}")
+    return slots
 
 
 def cmd_worker(args: argparse.Namespace, store: Store) -> int:
@@ -477,10 +572,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name in ("cancel", "delete"):
         sub.add_parser(name).add_argument("id")
+    resume = sub.add_parser("resume", help="continue an interrupted run where its records end")
+    resume.add_argument("id")
+    resume.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     export = sub.add_parser("export")
     export.add_argument("id")
     export.add_argument("--format", choices=("netcdf", "npz"), default="npz")
     export.add_argument("--out", required=True)
+    sub.add_parser("check", help="list what is damaged in the store; exit 1 when anything is")
     sweep_parser = sub.add_parser("sweep", help="LLC sweeps: the DLN benchmark, calibration")
     kinds = sweep_parser.add_subparsers(dest="sweep", required=True)
     for name in ("dln", "calibrate"):
@@ -511,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
             required=True,
             help="comma-separated step sizes (a log grid)",
         )
-        k.add_argument("--slots", type=int, help="runs at once (default: the worker default)")
+        k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
         k.add_argument(
             "--submit-only",
             dest="submit_only",
@@ -551,7 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     surf.add_argument("--out", help="write the arrays to this .npz")
     surf.add_argument("--json", action="store_true")
     worker = sub.add_parser("worker")
-    worker.add_argument("--slots", type=int, help="runs at once (default: one per GPU, or cores/2)")
+    worker.add_argument(
+        "--slots", type=_slots, help="runs at once, >= 1 (default: one per GPU, or cores/2)"
+    )
     worker.add_argument("--once", action="store_true", help="exit when the queue is empty")
     args = parser.parse_args(argv)
     try:
@@ -562,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     command = globals()[f"cmd_{args.command}"]
     try:
         return command(args, store)
-    except SpecError as exc:
+    except (SpecError, StoreError) as exc:  # bad input, or a damaged store: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyError as exc:

@@ -37,7 +37,7 @@ class LLCObserver:
         self.nbeta = kernel.nbeta_for(target)
         self.gamma = float(kernel.params.get("localization", 0.0))
         self.eps = float(kernel.params["step_size"])
-        self.flushes = 0
+        self.flushes = store.records(run_id, "flushes")  # a resumed run's rows are kept
 
     # -- before the chains --------------------------------------------------------------------
     def start(
@@ -136,10 +136,15 @@ class LLCObserver:
             return torch.full_like(self.sum, math.nan)
         return self.nbeta * self.sum / self.count
 
-    def flush(self, done: int, state) -> None:
+    def flush(self, done: int, state, write: bool = True) -> None:
         """One row of live signals: step, running llc, mean loss since the last flush, distance
-        |w - w0| and the MALA acceptance probability of a fresh SGLD step, per chain."""
+        |w - w0| and the MALA acceptance probability of a fresh SGLD step, per chain (not
+        ``write``: a resumed run replaying steps whose rows the store holds; none written)."""
         if not self.since_count:
+            return
+        if not write:
+            self.since_flush.zero_()
+            self.since_count = 0
             return
         nan = torch.tensor(math.nan, dtype=torch.float64, device=self.sum.device)
         stuck = state.diverged

@@ -5,6 +5,11 @@ Three pieces: ``plan`` (which steps each block holds: a pure function of the spe
 Blocks follow the run's noise blocks (``samplers.base.Noise``): a whole noise block runs as one
 compiled call once the compile, started in the background, is ready; anything else runs eagerly.
 Both read the same draws, so a seed gives the same run to float rounding whichever ran.
+
+A run that finds records of its own in the store (an interrupted run resumed) replays: it runs
+from step 0 again with the same seed, so the same draws, and writes only what the store lacks.
+Checkpointing every state (momenta, preconditioners, generators, observers' sums) would skip
+the replay's time but tie the store to each kernel's state; a replay needs nothing stored.
 """
 
 from __future__ import annotations
@@ -89,7 +94,7 @@ def execute(
         kernel = llc.Paired.of(kernel, target, start[0])  # batch losses paired with w0's
     state = kernel.init(start, target, generator)
     noise = kernel.noise_for(state, target, generator)
-    initial_loss = target.loss(state.position)
+    initial_loss = target.full_loss(state.position)  # in chunks of the data: memory bounded
     basis = None
     if est.positions == "projection":
         basis = projection(spec, est.dim, device, state.position.dtype)
@@ -115,7 +120,7 @@ def execute(
         if due or late or recorder.kept_bytes >= FLUSH_BYTES:
             recorder.flush()
             for observer in observers.values():
-                observer.flush(done, state)
+                observer.flush(done, state, write=not recorder.replaying)
             last_flush = time.perf_counter()
             if due or last_flush - last_report >= FLUSH_SECONDS:
                 # the rate since the last report: a training or the first block would skew it
@@ -145,7 +150,7 @@ def execute(
             chunk = _chunk(kernel, target, state, noise.length, positions)
     recorder.flush()
     for observer in observers.values():
-        observer.flush(done, state)
+        observer.flush(done, state, write=not recorder.replaying)
     sampling = time.perf_counter() - sampling  # the steps, their records and flushes
     report(_progress(done, spec.steps, sampling))
     summary = recorder.summary(
@@ -195,6 +200,8 @@ class Recorder:
         self.records = 0  # records appended so far
         self.snapshots: list[tuple[int, torch.Tensor]] = []
         self.saved = 0  # snapshots appended
+        # what an interrupted run already stored: a resumed run replays up to there unwritten
+        self.stored = {s: store.records(run_id, s) for s in ("records", "snapshots")}
         # full positions for the PCA of a projected model: at most record.snapshots of them
         wanted = spec.record.snapshots if est.positions == "projection" else 0
         self.snapshot_stride = math.ceil(est.records / wanted) * spec.thin if wanted else 0
@@ -248,17 +255,30 @@ class Recorder:
             parts = {
                 name: [p[name].cpu().numpy() for p in self.pending] for name in self.pending[0]
             }
-            self.store.append(self.run_id, self.records, parts, "records")
-            self.records += sum(len(step) for step in parts["step"])
+            self.records = self._append("records", self.records, parts)
             self.pending, self.kept_bytes = [], 0
         if self.snapshots:
             step = np.asarray([s for s, _ in self.snapshots])
             position = torch.stack([p for _, p in self.snapshots]).cpu().numpy()
-            self.store.append(
-                self.run_id, self.saved, {"step": step, "position": position}, "snapshots"
-            )
-            self.saved += len(step)
+            parts = {"step": [step], "position": [position]}
+            self.saved = self._append("snapshots", self.saved, parts)
             self.snapshots = []
+
+    def _append(self, series: str, start: int, parts: dict[str, list[np.ndarray]]) -> int:
+        """Append the chunk's rows the store does not hold yet; returns the new end."""
+        n = sum(len(part) for part in parts["step"])
+        skip = min(max(0, self.stored[series] - start), n)
+        if skip < n:
+            if skip:  # a resumed run's replay reaches the records stored before it stopped
+                joined = {name: np.concatenate(pieces)[skip:] for name, pieces in parts.items()}
+                parts = {name: [rows] for name, rows in joined.items()}
+            self.store.append(self.run_id, start + skip, parts, series)
+        return start + n
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the records written so far are all ones the store held before the run."""
+        return self.records + sum(len(p["step"]) for p in self.pending) < self.stored["records"]
 
     def summary(self, status: str, done: int, kernel, initial_loss, diverged: np.ndarray) -> dict:
         """What ``python -m jobs run --json`` prints and the Store keeps. ``diverged``: the
@@ -288,6 +308,12 @@ class Recorder:
             # what the run's numbers cannot be trusted for, whatever they look like
             "warnings": [{"code": c, "message": m} for c, m in kernel.caveats.items()],
         }
+        if diverged.all():  # a run that "completed" with nothing to show says so
+            message = "every chain diverged (NaN or Inf): lower the step size"
+            summary["warnings"].append({"code": "all_diverged", "message": message})
+        elif summary["acceptance"] == 0:
+            message = "no proposal was accepted, the chains never moved: lower the step size"
+            summary["warnings"].append({"code": "no_acceptance", "message": message})
         if "position" in self.sums and n >= 4 and good.any():
             count = n * good.sum()
             total = self.sums["position"].cpu().numpy()[good].sum(0)

@@ -8,6 +8,7 @@ spec always holds complete, coerced params and survives a JSON round trip unchan
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import os
@@ -25,7 +26,10 @@ from pydantic_core import PydanticCustomError
 import landscapes
 import samplers
 from landscapes import ParamError, Target
-from samplers import Kernel, llc
+from landscapes.base import DATA_CHUNK
+from landscapes.formula import probe
+from landscapes.registry import facts as landscape_facts
+from samplers import Kernel, diagnostics, llc
 
 from .store import store_home
 
@@ -38,6 +42,10 @@ OBSERVABLES: dict[str, str] = {
 # run loop must not buffer more than this, since the estimate below counts on it.
 AUTO_FLUSH_RECORDS = 1024
 GiB = 2**30
+# A spec file is read only when it is at most this large and nested at most this deep (a RunSpec
+# is a few hundred bytes; its deepest value, a list in a parameter, is 4 levels down).
+MAX_SPEC_BYTES = 2**20
+MAX_SPEC_DEPTH = 20
 
 
 class SpecError(ValueError):
@@ -220,10 +228,53 @@ def parse_spec(data: dict[str, Any] | str) -> RunSpec:
     """A RunSpec from a dict or a JSON string; any problem is one SpecError naming the field."""
     try:
         if isinstance(data, str):
+            if len(data) > MAX_SPEC_BYTES:
+                raise SpecError(
+                    "spec",
+                    f"is {_human(len(data))}, over the {MAX_SPEC_BYTES >> 20} MiB a spec may hold",
+                )
             return RunSpec.model_validate_json(data)
         return RunSpec.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc.errors()[0]) from None
+
+
+def read_spec_file(path: str) -> Any:
+    """The JSON value in the file ``path``; a SpecError on "spec" when it cannot be read, is
+    larger than MAX_SPEC_BYTES (found before it is read whole) or nested deeper than
+    MAX_SPEC_DEPTH."""
+    deep = f"{path} is nested deeper than {MAX_SPEC_DEPTH} levels"
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise SpecError("spec", f"cannot read {path}: {exc}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        size = os.stat(path).st_size
+        held = _human(size) if size > MAX_SPEC_BYTES else "more"  # a pipe has no size
+        raise SpecError(
+            "spec", f"{path} is {held}, over the {MAX_SPEC_BYTES >> 20} MiB a spec file may hold"
+        )
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise SpecError("spec", deep) from None
+    except ValueError as exc:  # not UTF-8, not JSON
+        raise SpecError("spec", f"cannot read {path}: {exc}") from None
+    if _depth(data) > MAX_SPEC_DEPTH:
+        raise SpecError("spec", deep)
+    return data
+
+
+def _depth(value: Any) -> int:
+    """How deeply JSON lists and objects nest in ``value`` (a number 0, [1] 1), no recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level + 1)
+            stack += [(v, level + 1) for v in (item.values() if isinstance(item, dict) else item)]
+    return deepest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,6 +289,8 @@ class Estimate:
     recorded_dims: int  # d (all), projection_dim (projection) or 0 (none)
     records: int  # recorded steps, ceil(steps / thin)
     positions: str  # "all", "projection" or "none": "auto" resolved
+    host_bytes: int  # the summary's, in RAM (beside device_bytes on a GPU, with them on CPU)
+    parts: dict[str, int]  # device_bytes and host_bytes by term (``estimate`` says which)
 
 
 class TargetFacts(NamedTuple):
@@ -246,17 +299,27 @@ class TargetFacts(NamedTuple):
     other_bytes: int  # bytes of its other tensors (labels, indices)
     has_data: bool  # a training set (n), which w0 can be trained on
     has_truth: bool  # a known true parameter w0
+    n: int | None  # training points
+    widths: tuple[int, ...]  # a data point's numbers through a forward pass (networks)
+    closed_form: bool  # the full-data loss needs no pass over the points
 
 
 @functools.lru_cache(maxsize=64)
 def _target_facts(name: str, params_json: str) -> TargetFacts:
-    """What a run needs to know of its target before it starts, from the target built on the
-    CPU. Only these facts are cached: holding the target would keep its dataset alive."""
-    target = landscapes.make(name, device="cpu", dtype="float32", **json.loads(params_json))
-    tensors = [v for v in vars(target).values() if isinstance(v, torch.Tensor)]
-    floats = sum(t.numel() for t in tensors if t.is_floating_point())
-    others = sum(t.numel() * t.element_size() for t in tensors if not t.is_floating_point())
-    return TargetFacts(target.dim, floats, others, target.n is not None, target.w0 is not None)
+    """What a run needs to know of its target before it starts, from its parameters alone
+    (``landscapes.registry.facts``: nothing is built, every size is checked first)."""
+    f = landscape_facts(name, json.loads(params_json))
+    n = f["n"]
+    return TargetFacts(
+        f["dim"],
+        f["floats"],
+        f["other_bytes"],
+        n is not None,
+        f["truth"],
+        n,
+        f["widths"],
+        f["closed_form"],
+    )
 
 
 def target_facts(spec: RunSpec) -> TargetFacts:
@@ -265,6 +328,15 @@ def target_facts(spec: RunSpec) -> TargetFacts:
         return _target_facts(spec.target.name, key)
     except ParamError as exc:  # e.g. a DLN size class whose dataset is too big to hold
         raise SpecError(*_param_error(exc, "target", spec.target.name)) from None
+
+
+def kernel_of(spec: RunSpec) -> Kernel:
+    """The spec's kernel, made as the run makes it (hyperparameters only: cheap), so that a
+    builder's refusal (a splitting scheme) comes before a run is queued."""
+    try:
+        return samplers.make(spec.sampler.name, **spec.sampler.params)
+    except ParamError as exc:
+        raise SpecError(*_param_error(exc, "sampler", spec.sampler.name)) from None
 
 
 def resolve_w0(spec: RunSpec, facts: TargetFacts) -> str:
@@ -280,28 +352,98 @@ def resolve_w0(spec: RunSpec, facts: TargetFacts) -> str:
     return mode
 
 
+AUTOGRAD = 3  # a step's activations: the forward's (kept for the backward), their gradients
+PARTS = {  # Estimate.parts, in words
+    "state": "the chains' state",
+    "data": "the data",
+    "step": "a step's activations",
+    "buffer": "the records between flushes",
+    "summary": "the summary's draws",
+}
+
+
 def estimate(spec: RunSpec) -> Estimate:
-    """Device and store bytes of a run, from d (the target is built on the CPU to find it)."""
-    dim, data_floats, data_other, _, _ = target_facts(spec)
-    itemsize = 4 if spec.dtype == "float32" else 8
+    """Device and store bytes of a run, from the target's facts (nothing is built).
+
+    Device bytes are the sum of these terms (``Estimate.parts``; C chains, d parameters):
+    - state: 8 [C, d] tensors live at once: position, localization centre, gradient, injected
+      noise, momentum or preconditioner state, and about three temporaries of the update;
+    - data: the dataset and truths, moved to the device;
+    - step: a network's activations in the largest of the passes a run makes, one at a time:
+      - a step: C x B x sum(widths) numbers x AUTOGRAD, B the points a chain's step reads
+        (batch_size for a minibatch sampler, else all n);
+      - the initial loss on all n points, without gradients (jobs.run: ``full_loss``, in
+        passes of DATA_CHUNK points): a layer's input and two of its outputs alive at once,
+        C x min(n, DATA_CHUNK) x max(H_in + 2 H_out) numbers;
+      - with "llc": its MALA probe, a step's on min(n, EVAL_POINTS) points a chain, and the
+        training of w0 (one chain, its training batch).
+      A closed-form target's full-data loss costs no points (the polynomial's moments); a
+      potential's temporaries are [C, d], in state;
+    - buffer: the records held between two flushes.
+    Host bytes are the summary's: its per-chain sums of positions and the diagnosed chains'
+    draws (ESS, R-hat), kept in RAM (on CPU, the device's memory too).
+    """
+    from .observe import EVAL_POINTS  # observe imports this module
+
+    f = target_facts(spec)
+    kernel = kernel_of(spec)
+    dim, itemsize, chains = f.dim, (4 if spec.dtype == "float32" else 8), spec.chains
     positions = spec.record.positions
     if positions == "auto":
         positions = "all" if dim <= 64 else "projection"
     recorded = {"all": dim, "projection": spec.record.projection_dim, "none": 0}[positions]
     records = math.ceil(spec.steps / spec.thin)
-    chains = spec.chains
-    # K = 8 [C, d] tensors live at once: position, localization center, gradient, injected
-    # noise, momentum or preconditioner state, and about three temporaries of the update.
-    state = itemsize * chains * dim * 8
-    data = data_floats * itemsize + data_other  # dataset and truths move to the device too
+    width = sum(f.widths) * itemsize  # bytes of one point's activations, per chain
+    # without gradients a layer's input and two of its outputs (pre-activation, activation)
+    pair = max((a + 2 * b for a, b in itertools.pairwise(f.widths)), default=0) * itemsize
+    n = 0 if f.n is None else f.n
+    full = 0 if f.closed_form else n
+    batch = getattr(kernel, "batch_size", None)
+    points = batch if kernel.minibatch and batch is not None and batch < n else full
+    passes = [AUTOGRAD * chains * points * width, chains * min(full, DATA_CHUNK) * pair]
+    if "llc" in spec.observables:
+        passes.append(AUTOGRAD * chains * min(n, EVAL_POINTS) * width)
+        if f.has_data and spec.llc.w0 in ("auto", "train"):
+            train_points = spec.llc.train_batch_size or (n if n <= 4096 else 512)
+            passes.append(AUTOGRAD * min(train_points, n) * width)
     per_flush = AUTO_FLUSH_RECORDS if spec.flush_every == 0 else spec.flush_every // spec.thin + 1
-    buffer = min(records, per_flush) * chains * (itemsize + 2 + itemsize * recorded)
+    draws = max(records - math.ceil(spec.burn_in / spec.thin), 1)
+    summary = 0
+    if positions == "all":  # a projected run keeps no position sums
+        diagnosed = diagnostics.diagnosed_chains(chains, draws)
+        summary = 2 * chains * dim * 8 + diagnosed * draws * dim * itemsize
+    parts = {
+        "state": 8 * chains * dim * itemsize,
+        "data": f.floats * itemsize + f.other_bytes,
+        "step": max(passes),
+        "buffer": min(records, per_flush) * chains * (itemsize + 2 + itemsize * recorded),
+    }
     # The store keeps float32 loss, bool accepted, bool diverged and float32 positions per record,
     # plus the PCA snapshots when positions are projected (all positions already allow the PCA).
     store = records * chains * (4 + 1 + 1 + 4 * recorded)
     if positions == "projection" and dim > 64:
         store += min(spec.record.snapshots, records) * chains * dim * 4
-    return Estimate(dim, state + data + buffer, store, recorded, records, positions)
+    device = sum(parts.values())
+    parts["summary"] = summary
+    return Estimate(dim, device, store, recorded, records, positions, summary, parts)
+
+
+def _lower(spec: RunSpec, part: str) -> str:
+    """What to change when the device would overflow: the fields behind its largest ``part``."""
+    if part == "step":
+        takes = samplers.REGISTRY[spec.sampler.name].params
+        if any(p.name == "batch_size" for p in takes):
+            size = spec.sampler.params.get("batch_size")
+            if size is None:  # a full batch: every point's activations at each step
+                return "lower chains or target.params.n, or set sampler.params.batch_size"
+            return "lower chains or sampler.params.batch_size"
+        return "lower chains or target.params.n (or use a minibatch sampler with batch_size)"
+    return {
+        "state": "lower chains",
+        "data": "lower target.params.n",
+        "buffer": "lower chains or flush_every",
+        "summary": "lower chains or steps, raise thin, or record fewer positions",
+    }[part]
 
 
 def _human(n: float) -> str:
@@ -342,7 +484,12 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
     also fit in the space free on the store's disk now (each run on its own: runs queued
     before it are not counted).
     """
-    est = estimate(spec)
+    if spec.target.name == "custom":  # an energy with nothing to sample would only diverge
+        try:
+            probe(spec.target.params["formula"], spec.target.params["dim"])
+        except ParamError as exc:
+            raise SpecError(*_param_error(exc, "target", "custom")) from None
+    est = estimate(spec)  # the target's sizes and the kernel, as the run will make them
     if "llc" in spec.observables:
         resolve_w0(spec, target_facts(spec))  # else the worker would fail the run later
     if budget_bytes is None and os.environ.get("BASIN_MEMORY_BUDGET"):
@@ -351,15 +498,22 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
         device_budget = store_budget = budget_bytes
     else:
         device_budget, store_budget = _device_memory(_device(spec)), 8 * GiB
-    if est.device_bytes > device_budget or est.store_bytes > store_budget:
+    ram = spec.device == "cpu" or (spec.device == "auto" and not torch.cuda.is_available())
+    device = est.device_bytes + (est.host_bytes if ram else 0)  # on CPU the summary shares it
+    if device > device_budget or est.store_bytes > store_budget:
         budget = _human(device_budget)
         if store_budget != device_budget:
             budget = f"{budget} (device) and {_human(store_budget)} (store)"
+        advice = "lower chains or steps, raise thin, or record fewer positions"  # the store's
+        if device > device_budget:
+            parts = {k: v for k, v in est.parts.items() if ram or k != "summary"}
+            part = max(parts, key=parts.get)
+            size = _human(parts[part])
+            advice = f"the largest part, {PARTS[part]}, is ~{size}: {_lower(spec, part)}"
         raise SpecError(
             "memory",
-            f"needs ~{_human(est.device_bytes)} of device memory and ~{_human(est.store_bytes)} "
-            f"of store, over the budget of {budget}; lower chains or steps, raise thin, "
-            "or record fewer positions",
+            f"needs ~{_human(device)} of device memory and ~{_human(est.store_bytes)} "
+            f"of store, over the budget of {budget}; {advice}",
         )
     home, free = _disk_free()
     if free is not None and est.store_bytes > free:

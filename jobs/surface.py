@@ -81,12 +81,22 @@ def target_of(spec: RunSpec, device: str = "auto", dtype: str = "float64") -> Ta
         raise SpecError(exc.field, str(exc).removeprefix(f"{exc.field}: ")) from None
 
 
+MAX_RANGE = 1e6  # the grid's half-width; its 5x line reaches 5e6, far past any trajectory
+
+
+def check_range(half_width: float | None, field: str = "range") -> None:
+    """A half-width in (0, MAX_RANGE], or None (auto); else a SpecError on ``field``."""
+    if half_width is not None and not 0 < half_width <= MAX_RANGE:
+        raise SpecError(field, f"must be a number in (0, {MAX_RANGE:g}], got {half_width:g}")
+
+
 def compute(
     store: Store, run_id: str, device: str = "auto", dtype: str = "float64", **options
 ) -> dict:
     """The surface of run ``run_id`` (``options`` as ``landscapes.surface.surface`` takes them);
     the result also names the run, the trajectory's source and the seconds it took."""
     started = time.perf_counter()
+    check_range(options.get("half_width"))
     traj = trajectory(store, run_id)
     target = target_of(traj.spec, device, dtype)
     options.setdefault("burn_in", min(traj.burn_in, traj.positions.shape[1] - 1))

@@ -32,6 +32,17 @@ from .store import FINAL, Store
 
 CURVE_POINTS = 200  # points per lambda_hat-versus-steps curve handed to the app
 RECORDS_PER_RUN = 1000  # thin so that a sweep's runs store about this many records each
+MAX_RUNS = 1000  # runs in one sweep: each is validated before any is queued (~10 ms each)
+
+
+def _check_size(runs: int, *fields: str) -> None:
+    if runs > MAX_RUNS:
+        fewer = ", ".join(fields[:-1]) + f" or {fields[-1]}"
+        raise SpecError(
+            "sweep",
+            f"{' x '.join(fields)} = {runs} runs, over the {MAX_RUNS} a sweep may hold; "
+            f"give fewer {fewer}",
+        )
 
 
 def dln_specs(
@@ -57,6 +68,7 @@ def dln_specs(
     for field, values in (("samplers", samplers), ("step_sizes", step_sizes)):
         if not values:
             raise SpecError(field, "must hold at least one value, got none")
+    _check_size(problems * len(samplers) * len(step_sizes), "problems", "samplers", "step_sizes")
     cells = []
     for problem in range(problems):
         for sampler in samplers:
@@ -100,6 +112,7 @@ def calibration_specs(
     for field, values in (("step_sizes", step_sizes), ("nbetas", nbetas)):
         if not values:
             raise SpecError(field, "must hold at least one value, got none")
+    _check_size(len(step_sizes) * len(nbetas), "step_sizes", "nbetas")
     cells = []
     for nbeta in nbetas:
         for step_size in step_sizes:

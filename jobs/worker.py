@@ -12,9 +12,12 @@ enforced by terminating the worker.
 from __future__ import annotations
 
 import contextlib
+import errno
 import multiprocessing as mp
 import os
 import signal
+import sqlite3
+import sys
 import threading
 import time
 import traceback
@@ -67,7 +70,19 @@ def run_one(store: Store, record, threads: int | None = None) -> None:
             store.finish(record.id, "failed", error=str(exc))
         except Exception as exc:
             detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            store.finish(record.id, "failed", error=detail)
+            if disk_full(exc):
+                detail = f"disk full: {store.records(record.id)} records kept ({detail})"
+            try:
+                store.finish(record.id, "failed", error=detail)
+            except (OSError, sqlite3.Error) as again:  # the store's disk too: stale-marked later
+                print(f"run {record.id} failed ({detail}); not recorded: {again}", file=sys.stderr)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk is full (the data file's write, or SQLite's)."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    return isinstance(exc, sqlite3.Error) and "full" in str(exc)
 
 
 def cancelled(store: Store, run_id: str) -> Callable[[], bool]:
@@ -95,6 +110,8 @@ def heartbeat(store: Store, run_id: str):
                 store.heartbeat(run_id)
             except KeyError:  # the run was deleted meanwhile
                 return
+            except (OSError, sqlite3.Error):  # e.g. the disk is full: try again at the next beat
+                continue
 
     thread = threading.Thread(target=beat, daemon=True)
     thread.start()
@@ -135,6 +152,8 @@ def supervise(home: str | None = None, slots: int | None = None, once: bool = Fa
     """Keep up to ``slots`` workers busy while runs are queued; with ``once``, return when the
     queue is empty and no worker is left (tests, scripts), else serve until interrupted, with
     one warm worker always waiting."""
+    if slots is not None and slots < 1:
+        raise SpecError("slots", f"must be an integer >= 1 (runs at once), got {slots}")
     store = Store(home)
     default, threads = default_slots()
     slots = slots or default

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .base import Param, ParamError, Spec, Target, TargetSpec, resolve_device, resolve_dtype
-from .registry import REGISTRY
+from .registry import REGISTRY, facts
 
 __all__ = [
     "REGISTRY",
@@ -14,6 +14,7 @@ __all__ = [
     "Spec",
     "Target",
     "TargetSpec",
+    "facts",
     "make",
     "resolve_device",
 ]

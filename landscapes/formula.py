@@ -213,3 +213,50 @@ def _binary(op: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> Ten
     elif b.ndim == 0 and a.ndim > 0:
         b = b.to(a)
     return op(a, b)
+
+
+# A fixed probe of a formula's values: seeded N(0, I) points and the unit axes (both signs: a
+# valley along an axis, x + y**2, is rarely met by random points far out), at each scale.
+PROBE_POINTS = 256
+PROBE_SCALES = (1.0, 1e1, 1e2, 1e3, 1e4)
+
+
+def probe(formula: str, dim: int | None = None) -> None:
+    """Refuse (FormulaError on custom.formula, with the reason) a formula with nothing to
+    sample, judged by its float64 values on the probe above:
+
+    - NaN or infinite at every probe point;
+    - flat: one value at every point where it is finite;
+    - unbounded below: its lowest value falls at each of the three largest scales, and at
+      1e4 lies below -10 x max(1, |lowest at 1e2|) (x, -x**2: exp(-U) has no normaliser).
+
+    A heuristic: a minimum farther out than ~1e3 reads as unbounded, and a slow descent
+    (-log(1 + x**2)) passes."""
+    energy, dim = compile_formula(formula, dim)
+    g = torch.Generator().manual_seed(0)
+    axes = torch.eye(dim, dtype=torch.float64)
+    base = torch.cat(
+        [torch.randn(PROBE_POINTS, dim, generator=g, dtype=torch.float64), axes, -axes]
+    )
+    with torch.no_grad():
+        values = torch.stack([energy(scale * base) for scale in PROBE_SCALES])  # [scales, points]
+    finite = values.isfinite()
+    formula = formula.strip()
+    if not finite.any():
+        raise FormulaError(formula, "is NaN or infinite at every probe point: nothing to sample")
+    seen = values[finite]
+    if bool((seen == seen[0]).all()):
+        raise FormulaError(
+            formula, f"flat: nothing to sample (it is {float(seen[0]):g} everywhere)"
+        )
+    lows = [
+        float(row[ok].min()) if ok.any() else math.inf
+        for row, ok in zip(values, finite, strict=True)
+    ]
+    middle, large, largest = lows[-3:]
+    if largest < large < middle and largest < -10 * max(1.0, abs(middle)):
+        raise FormulaError(
+            formula,
+            f"unbounded below: it falls to {largest:.3g} at |w| ~ 1e4 (from {middle:.3g} at "
+            "|w| ~ 1e2), so exp(-U) cannot be normalised; add a term that grows, e.g. + x**2",
+        )

@@ -33,6 +33,8 @@ from .base import DATA_CHUNK, Batch, ParamError, Target
 from .truths import dln_llc, normal_crossing_rlct, rrr_llc, tanh_llc
 
 MAX_DATA_ELEMENTS = 200_000_000  # inputs + outputs held in memory, about 1.6 GB in float64
+MAX_PARAMS = 400_000_000  # d: the 100M class's largest draw, 40 layers of 3000 x 3000, is 3.6e8
+TRUTH_LAYERS = 1_000_000  # a random-rank DLN's true LLC needs its layers: drawn up to this d
 
 
 class Network(Target):
@@ -87,14 +89,56 @@ class Network(Target):
         return self.x[index], self.y[index]
 
 
-def check_data_size(name: str, n: int, width: int) -> None:
+def check_data_size(name: str, n: int, width: int, what: str = "(inputs + outputs)") -> None:
+    """``n`` points of ``width`` numbers each (``what`` says which) must fit MAX_DATA_ELEMENTS."""
     if n * width > MAX_DATA_ELEMENTS:
         raise ParamError(
             f"{name}.n",
-            f"n x (inputs + outputs) = {n * width:.3g} exceeds "
+            f"n x {what} = {n * width:.3g} exceeds "
             f"{MAX_DATA_ELEMENTS:.0e} numbers in memory; choose n <= "
             f"{MAX_DATA_ELEMENTS // width}",
         )
+
+
+def check_dim(name: str, field: str, dim: int) -> None:
+    if dim > MAX_PARAMS:
+        raise ParamError(
+            f"{name}.{field}",
+            f"give d = {dim:.3g} parameters, over the {MAX_PARAMS:.0e} allowed "
+            f"(d in [1, {MAX_PARAMS:.0e}]); choose smaller or fewer layers",
+        )
+
+
+def network_facts(
+    dim: int,
+    n: int,
+    n_test: int,
+    widths: Sequence[int],
+    *,
+    labels: bool = False,
+    held: int = 0,
+    truth: bool = True,
+    true_llc: tuple[float, int] | None = None,
+    closed_form: bool = False,
+) -> dict:
+    """A network's facts (``landscapes.registry.facts`` says what each is) from its sizes:
+    ``widths`` from input to output, ``labels`` for class indices as targets (int64, one a
+    point), ``held`` the floats it keeps besides its data (w0, moments), ``truth`` whether it
+    knows its true parameter w0, ``closed_form`` whether its full-data loss comes from the
+    data's moments (no pass over the points)."""
+    points, inputs = n + n_test, widths[0]
+    return {
+        "dim": dim,
+        "n": n,
+        "widths": tuple(widths),
+        "nbeta": n / math.log(n) if n > 1 else 1.0,
+        "truth": truth,
+        "true_llc": None if true_llc is None else true_llc[0],
+        "multiplicity": None if true_llc is None else true_llc[1],
+        "floats": points * (inputs + (0 if labels else widths[-1])) + held,
+        "other_bytes": points * 8 if labels else 0,
+        "closed_form": closed_form,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,6 +232,13 @@ SIZE_CLASSES = {
 }
 
 
+def draw_widths(size_class: str, g: torch.Generator) -> list[int]:
+    """H_0..H_M of a ``size_class`` task: the first draws of ``g`` (App. D.1; ``dln_truth``)."""
+    m_lo, m_hi, h_lo, h_hi = SIZE_CLASSES[size_class]
+    depth = int(torch.randint(m_lo, m_hi + 1, (1,), generator=g))
+    return [int(h) for h in torch.randint(h_lo, h_hi + 1, (depth + 1,), generator=g)]
+
+
 def dln_truth(
     widths: Sequence[int] | None, rank: int | None, size_class: str, g: torch.Generator
 ) -> tuple[list[int], list[Tensor]]:
@@ -198,17 +249,10 @@ def dln_truth(
     so the product has exactly that rank; otherwise each layer, with probability 1/2, is reduced
     to a rank r_l ~ U{0..min(H_l, H_{l-1})} by zeroing rows or columns.
     """
-    if widths is None:
-        m_lo, m_hi, h_lo, h_hi = SIZE_CLASSES[size_class]
-        depth = int(torch.randint(m_lo, m_hi + 1, (1,), generator=g))
-        widths = [int(h) for h in torch.randint(h_lo, h_hi + 1, (depth + 1,), generator=g)]
-    widths = list(widths)
+    widths = draw_widths(size_class, g) if widths is None else list(widths)
+    check_rank(rank, widths)
     layers = xavier_layers(widths, g)
     if rank is not None:
-        if rank > min(widths):
-            raise ParamError(
-                "dln.rank", f"must be in [0, {min(widths)}] (the smallest width), got {rank}"
-            )
         layers[0][rank:] = 0.0
     else:
         for l, weight in enumerate(layers):
@@ -227,30 +271,79 @@ def product_map(layers: list[Tensor]) -> Callable[[Tensor], Tensor]:
     return truth
 
 
+def check_rank(rank: int | None, widths: Sequence[int]) -> None:
+    if rank is not None and rank > min(widths):
+        raise ParamError(
+            "dln.rank", f"must be in [0, {min(widths)}] (the smallest width), got {rank}"
+        )
+
+
+def layer_params(widths: Sequence[int]) -> int:
+    """d of a DLN: sum over layers of H_l x H_{l-1}."""
+    return sum(a * b for a, b in itertools.pairwise(widths))
+
+
+def dln_widths(
+    widths: tuple[int, ...] | None, rank: int | None, size_class: str, n: int, seed: int
+) -> list[int]:
+    """The DLN's widths H_0..H_M, given or drawn from ``seed`` as ``make_dln`` draws them (no
+    layer is made), once every size it would reach is checked: d, and n points of data whose
+    generation holds n x the widest layer at once."""
+    if widths is not None and len(widths) < 2:
+        raise ParamError("dln.widths", f"needs at least 2 entries (H0, H1), got {list(widths)}")
+    given = widths is not None
+    widths = list(widths) if given else draw_widths(size_class, datasets.torch_generator(seed))
+    check_dim("dln", "widths" if given else "size_class", layer_params(widths))
+    check_rank(rank, widths)
+    width = max(widths[0] + widths[-1], *widths)
+    check_data_size("dln", n, width, "max(H0 + HM, widest layer)")
+    return widths
+
+
+def dln_facts(
+    widths: tuple[int, ...] | None, rank: int | None, size_class: str, n: int, seed: int
+) -> dict:
+    """Facts of a DLN; the true LLC of random rank reductions needs the drawn layers, made only
+    up to TRUTH_LAYERS parameters (None above)."""
+    drawn = dln_widths(widths, rank, size_class, n, seed)
+    dim = layer_params(drawn)
+    if rank is None and dim <= TRUTH_LAYERS:
+        layers = dln_truth(widths, None, size_class, datasets.torch_generator(seed))[1]
+        rank = product_rank(layers)
+    true = None if rank is None else dln_llc(drawn, rank)
+    return network_facts(dim, n, datasets.n_test(n), drawn, held=dim, true_llc=true)
+
+
 def make_dln(
     widths: tuple[int, ...] | None, rank: int | None, size_class: str, n: int, seed: int
 ) -> DeepLinear:
     """Seed-000 DLN: X ~ U[-10, 10]^H0, Y = W0 X + N(0, 1/4 I)."""
+    dln_widths(widths, rank, size_class, n, seed)  # every size checked before any allocation
     g = datasets.torch_generator(seed)
-    if widths is not None and len(widths) < 2:
-        raise ParamError("dln.widths", f"needs at least 2 entries (H0, H1), got {list(widths)}")
     widths, layers = dln_truth(widths, rank, size_class, g)
-    check_data_size("dln", n, widths[0] + widths[-1])
     data = datasets.regression(
         product_map(layers), datasets.uniform_inputs(-10, 10, widths[0]), 0.5, n, g
     )
     return DeepLinear("dln", widths, layers, data)
 
 
-def make_rrr(inputs: int, hidden: int, outputs: int, rank: int, n: int, seed: int) -> DeepLinear:
-    """y = B A x + N(0, I), x ~ N(0, I); A0, B0 Xavier-normal with A0 keeping ``rank`` rows."""
+def rrr_facts(inputs: int, hidden: int, outputs: int, rank: int, n: int, seed: int) -> dict:
     if rank > min(inputs, hidden, outputs):
         raise ParamError(
             "rrr.rank",
             f"must be in [0, {min(inputs, hidden, outputs)}] "
             f"(min of inputs, hidden, outputs), got {rank}",
         )
-    check_data_size("rrr", n, inputs + outputs)
+    # the truth's pass over the data holds n x hidden numbers besides the n x (inputs + outputs)
+    check_data_size("rrr", n, max(inputs + outputs, hidden), "max(inputs + outputs, hidden)")
+    dim, true = hidden * (inputs + outputs), rrr_llc(inputs, hidden, outputs, rank)
+    sizes = (inputs, hidden, outputs)
+    return network_facts(dim, n, datasets.n_test(n), sizes, held=dim, true_llc=true)
+
+
+def make_rrr(inputs: int, hidden: int, outputs: int, rank: int, n: int, seed: int) -> DeepLinear:
+    """y = B A x + N(0, I), x ~ N(0, I); A0, B0 Xavier-normal with A0 keeping ``rank`` rows."""
+    rrr_facts(inputs, hidden, outputs, rank, n, seed)  # every size checked before allocating
     g = datasets.torch_generator(seed)
     layers = xavier_layers([inputs, hidden, outputs], g)
     layers[0][rank:] = 0.0
@@ -308,11 +401,23 @@ class Polynomial(Network):
         return loss, (2 * (coef * xx - xy))[:, None] * slope * before * after
 
 
+def polynomial_facts(
+    powers: tuple[int, ...], x_std: float, noise_std: float, n: int, seed: int
+) -> dict:
+    if not any(p > 0 for p in powers):
+        raise ParamError("polynomial.powers", "at least one power must be positive")
+    check_data_size("polynomial", n, 2)
+    d = len(powers)  # it holds powers, w0 and the data's 2 x 2 moments besides the data
+    true = normal_crossing_rlct(powers)
+    return network_facts(
+        d, n, datasets.n_test(n), (1, 1), held=2 * d + 4, true_llc=true, closed_form=True
+    )
+
+
 def make_polynomial(
     powers: tuple[int, ...], x_std: float, noise_std: float, n: int, seed: int
 ) -> Polynomial:
-    if not any(p > 0 for p in powers):
-        raise ParamError("polynomial.powers", "at least one power must be positive")
+    polynomial_facts(powers, x_std, noise_std, n, seed)
     data = datasets.regression(
         lambda x: torch.zeros_like(x),
         datasets.normal_inputs(x_std, 1),
@@ -336,7 +441,14 @@ class TanhNet(Network):
         return (t * params["b"][:, None, :]).sum(-1, keepdim=True)
 
 
+def tanh_facts(hidden: int, n: int, seed: int) -> dict:
+    check_data_size("tanh", n, 2)
+    d, true = 2 * hidden, tanh_llc(hidden)
+    return network_facts(d, n, datasets.n_test(n), (1, hidden, 1), held=d, true_llc=true)
+
+
 def make_tanh(hidden: int, n: int, seed: int) -> TanhNet:
+    tanh_facts(hidden, n, seed)
     data = datasets.regression(
         lambda x: torch.zeros_like(x),
         datasets.uniform_inputs(-1, 1, 1),
@@ -461,6 +573,31 @@ class MLP(Network):
         return torch.cat(parts, -1)
 
 
+def mlp_facts(
+    dataset: str,
+    hidden_sizes: tuple[int, ...],
+    activation: str,
+    n: int | None,
+    seed: int,
+    name: str = "mlp",
+) -> dict:
+    """Facts of an MLP; its dataset's shapes from a one-point draw of it."""
+    build, default_n, _ = datasets.DATASETS[dataset]
+    if dataset == "digits" and n is not None and n > datasets.DIGITS_TRAIN:
+        raise ParamError(
+            f"{name}.n", f"must be in [1, {datasets.DIGITS_TRAIN}] for the digits dataset, got {n}"
+        )
+    one = build(1, seed)
+    labels = one.task == "classification"
+    n = n or default_n or datasets.DIGITS_TRAIN
+    check_data_size(name, n, one.inputs + (1 if labels else one.outputs))
+    sizes = (one.inputs, *hidden_sizes, one.outputs)
+    dim = sum((a + 1) * b for a, b in itertools.pairwise(sizes))
+    check_dim(name, "hidden_sizes", dim)
+    tests = len(one.y_test) if dataset == "digits" else datasets.n_test(n)  # digits: fixed 360
+    return network_facts(dim, n, tests, sizes, labels=labels, truth=False)
+
+
 def make_mlp(
     dataset: str,
     hidden_sizes: tuple[int, ...],
@@ -469,10 +606,7 @@ def make_mlp(
     seed: int,
     name: str = "mlp",
 ) -> MLP:
+    mlp_facts(dataset, hidden_sizes, activation, n, seed, name)
     build, _, _ = datasets.DATASETS[dataset]
-    if dataset == "digits" and n is not None and n > datasets.DIGITS_TRAIN:
-        raise ParamError(
-            f"{name}.n", f"must be in [1, {datasets.DIGITS_TRAIN}] for the digits dataset, got {n}"
-        )
     data = build(n, seed)
     return MLP(name, hidden_sizes, activation, data)

@@ -5,10 +5,28 @@ The CLI flags, RunSpec validation and the app's widgets are all generated from t
 
 from __future__ import annotations
 
+import functools
+import json
+from typing import Any
+
+import torch
+
 from .base import Param, ParamError, Spec, TargetSpec
 from .data import DATASETS
 from .formula import MAX_DIM
-from .networks import SIZE_CLASSES, make_dln, make_mlp, make_polynomial, make_rrr, make_tanh
+from .networks import (
+    SIZE_CLASSES,
+    dln_facts,
+    make_dln,
+    make_mlp,
+    make_polynomial,
+    make_rrr,
+    make_tanh,
+    mlp_facts,
+    polynomial_facts,
+    rrr_facts,
+    tanh_facts,
+)
 from .potentials import (
     Banana,
     Custom,
@@ -322,3 +340,68 @@ SPECS = [
 
 
 REGISTRY: dict[str, TargetSpec] = {spec.name: spec for spec in SPECS}
+
+
+NETWORK_FACTS = {
+    "dln": dln_facts,
+    "rrr": rrr_facts,
+    "polynomial": polynomial_facts,
+    "tanh": tanh_facts,
+    "mlp": mlp_facts,
+    "slp": lambda dataset, n, seed: mlp_facts(dataset, (), "relu", n, seed, name="slp"),
+}
+
+
+def facts(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """What a run needs to know of target ``name`` before it is built, without building it.
+
+    Network targets (dln, rrr, polynomial, tanh, mlp, slp) come from parameter arithmetic: a
+    DLN's ``size_class`` widths are drawn from its seed as the builder draws them, no layer or
+    data is made. Every size the target would reach (d; n x the widest row of its data) is
+    checked first: a ParamError names the field and the allowed range, as ``make`` would
+    raise it, before anything is allocated. Potentials are small (d <= 2000, their largest
+    tensor d x d) and are built to read theirs.
+
+    Returns a dict:
+      dim           d, parameters per chain
+      n             training points (None: a potential without data)
+      widths        one data point's numbers through a forward pass, input to output (the
+                    layer widths; () for potentials), which a step's activations scale with
+      nbeta         the default n beta (n / log n for networks, 1 for potentials)
+      truth         whether the target knows its true parameter w0
+      true_llc      the true learning coefficient, or None where unknown (a random-rank DLN
+                    over 1e6 parameters: its rank needs the drawn layers)
+      multiplicity  its multiplicity, or None
+      floats        numbers in its floating tensors (data, w0, truths): bytes = floats x itemsize
+      other_bytes   bytes of its other tensors (class labels)
+      closed_form   whether its loss on the full data needs no pass over the points (the
+                    polynomial's comes from the data's moments; potentials have no data)
+    """
+    if name not in REGISTRY:
+        raise ParamError("target", f"unknown target {name!r}; choose one of {sorted(REGISTRY)}")
+    values = REGISTRY[name].validate(params)
+    if name in NETWORK_FACTS:
+        return NETWORK_FACTS[name](**values)
+    return dict(_potential_facts(name, json.dumps(values, sort_keys=True)))  # a copy
+
+
+@functools.lru_cache(maxsize=64)
+def _potential_facts(name: str, values: str) -> dict[str, Any]:
+    spec = REGISTRY[name]
+    target = spec.build(**spec.validate(json.loads(values)))
+    tensors = [v for v in vars(target).values() if isinstance(v, torch.Tensor)]
+    true = target.true_llc
+    return {
+        "dim": target.dim,
+        "n": target.n,
+        "widths": (),
+        "nbeta": float(target.nbeta),
+        "truth": target.w0 is not None,
+        "true_llc": None if true is None else true[0],
+        "multiplicity": None if true is None else true[1],
+        "floats": sum(t.numel() for t in tensors if t.is_floating_point()),
+        "other_bytes": sum(
+            t.numel() * t.element_size() for t in tensors if not t.is_floating_point()
+        ),
+        "closed_form": True,
+    }

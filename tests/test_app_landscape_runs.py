@@ -176,6 +176,8 @@ def test_cancel_and_delete_from_the_runs_page(runs, home):  # noqa: F811
     assert list(at.dataframe[0].value["id"]) == [queued]  # the filter narrows the table
     assert at.multiselect(key="runs.open").value == [queued, running]  # and closes nothing
     at.selectbox(key="runs.status").set_value("all").run()
+    at.button(key=f"runs.resume.{queued}").click().run()  # offered on cancelled runs
+    assert store.get(queued).status != "cancelled"  # queued again (a worker may take it)
 
     banana = runs["banana"]
     at = open_runs(at, banana)

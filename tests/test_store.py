@@ -11,7 +11,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from jobs.store import STATUSES, RunRecord, Store, StoreError
+from jobs.store import STATUSES, CorruptRecords, RunRecord, Store, StoreError
 
 CHAINS, DIM = 3, 4
 
@@ -281,7 +281,7 @@ def test_bytes_left_without_an_index_row_are_skipped_and_a_cut_file_is_an_error(
         np.testing.assert_array_equal(got[name], np.concatenate([full[name], rest[name]]))
     with open(path, "r+b") as f:
         f.truncate(path.stat().st_size - 1)
-    with pytest.raises(OSError, match="cut short"):
+    with pytest.raises(CorruptRecords, match=rf"run {run_id}: records 3-6 \(position: cut short"):
         store.read(run_id)
 
 

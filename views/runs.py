@@ -62,6 +62,13 @@ def cancel(run_id: str) -> None:
         ui.store().request_cancel(run_id)
 
 
+def resume(run_id: str) -> None:
+    """Back to the queue: a worker replays the run from its seed and records what is missing."""
+    with contextlib.suppress(KeyError):
+        ui.store().requeue(run_id)
+        ui.ensure_pool()
+
+
 def delete(run_id: str) -> None:
     with contextlib.suppress(KeyError):  # already gone
         ui.store().delete(run_id)
@@ -128,6 +135,15 @@ def actions(record) -> None:
                 st.caption("Cancel requested: the worker stops at its next check.")
             else:
                 st.button("Cancel run", key=f"runs.cancel.{rid}", on_click=cancel, args=(rid,))
+        if record.status in ("interrupted", "cancelled"):
+            st.button(
+                "Resume",
+                key=f"runs.resume.{rid}",
+                on_click=resume,
+                args=(rid,),
+                help="Continue where its records end: the run replays its first steps from the "
+                "same seed (the same draws) without writing them again, then records the rest.",
+            )
         if st.session_state.get(f"runs.confirm.{rid}"):
             still = " It is still running: its worker stops when it finds it gone." * (
                 record.status not in FINAL
@@ -156,7 +172,7 @@ def actions(record) -> None:
                 except Exception as exc:  # a failed export must not take the page down
                     st.session_state[failed] = f"Export failed: {type(exc).__name__}: {exc}"
         if failed in st.session_state:
-            st.error(st.session_state[failed], icon=ui.WARNING)
+            st.error(ui.plain(st.session_state[failed]), icon=ui.WARNING)
         if key in st.session_state:
             data, records = st.session_state[key]
             extension, mime = EXPORTS[label]
@@ -174,7 +190,7 @@ def details(record) -> None:
     """One opened run: progress, outcome, key numbers, spec and summary, actions."""
     spec = record.spec
     with st.container(border=True):
-        st.subheader(f"{record.id}: {spec['target']['name']} / {spec['sampler']['name']}")
+        st.subheader(ui.plain(f"{record.id}: {spec['target']['name']} / {spec['sampler']['name']}"))
         ui.progress_bar(record)
         ui.run_status(record)
         if record.summary:
@@ -205,8 +221,8 @@ def runs_view() -> None:
     if not records:
         st.info(
             "No runs" + ("" if status == "all" else f" with status {status}") + " in the store "
-            f"({store.home}). Start one on the Playground, Compare or Networks page, or with "
-            "`python -m jobs submit ...`."
+            f"({ui.plain(str(store.home))}). Start one on the Playground, Compare or Networks "
+            "page, or with `python -m jobs submit ...`."
         )
     else:
         st.dataframe(

@@ -1,0 +1,65 @@
+"""A full disk (issue 38, item 13): the run ends failed with "disk full" and the records it
+flushed before stay readable; the heartbeat thread rides it out without a traceback."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import threading
+import time
+
+from jobs import worker
+from jobs.spec import parse_spec
+from jobs.store import Store
+
+SPEC = {
+    "target": {"name": "banana"},
+    "sampler": {"name": "mala", "params": {"step_size": 0.1}},
+    "chains": 4,
+    "steps": 2000,
+    "flush_every": 100,  # a chunk every 100 steps
+    "compile": "never",
+}
+
+
+def test_a_full_disk_fails_the_run_and_keeps_its_flushed_records(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    run_id = store.create(parse_spec(SPEC).model_dump(mode="json"))
+    record = store.claim(os.getpid(), run_id)
+    append, calls = Store.append, []
+
+    def fills_up(self, *args, **kwargs):  # the third chunk finds the disk full
+        calls.append(args)
+        if len(calls) > 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return append(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "append", fills_up)
+    worker.run_one(store, record)
+    monkeypatch.setattr(Store, "append", append)
+    failed = store.get(run_id)
+    assert failed.status == "failed" and failed.error.startswith("disk full: 200 records kept")
+    data = store.read(run_id)
+    assert data["step"].tolist() == list(range(200))  # the two chunks written before
+
+
+def test_the_heartbeat_rides_out_a_full_disk_without_a_traceback(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    run_id = store.create(parse_spec(SPEC).model_dump(mode="json"))
+    store.claim(os.getpid(), run_id)
+    beats, errors = [], []
+
+    def full(run_id):
+        beats.append(run_id)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "heartbeat", full)
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    monkeypatch.setattr(worker, "HEARTBEAT_S", 0.05)
+    with worker.heartbeat(store, run_id):
+        time.sleep(0.5)
+    assert len(beats) >= 3 and not errors  # it kept trying, and nothing escaped the thread
+    assert worker.disk_full(sqlite3.OperationalError("database or disk is full"))
+    assert worker.disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert not worker.disk_full(OSError(errno.EACCES, "Permission denied"))
