@@ -8,6 +8,7 @@
     python -m bench llc [--repeats 5] [--quick] [--no-record]
     python -m bench surface [--repeats 5] [--quick] [--no-record]
     python -m bench app [--repeats 5] [--quick] [--no-record]
+    python -m bench faults [--no-record]    # issue 38's bad inputs and faults: the census
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
 chain counts in turn (Basin and peer at the first count, then at the next, ...), ``--repeats``
@@ -431,6 +432,40 @@ def app_bench(args: argparse.Namespace) -> None:
     record(block)
 
 
+def faults_bench(args: argparse.Namespace) -> None:
+    from . import faults
+
+    rows = faults.run()
+    verdicts = [r["verdict"] for r in rows]
+    counts = {v: verdicts.count(v) for v in ("handled", "traceback", "failing")}
+    print(f"{len(rows)} probes: {counts}")
+    if args.no_record:
+        return
+    record(
+        [
+            "",
+            f"## {now()}: faults",
+            "",
+            f"`python -m bench {shlex.join(sys.argv[1:])}`: each bad input or fault of issue 38 "
+            "through `python -m jobs` in a store of its own (bench/faults.py). Goal (issue 38): "
+            "0 failing, 0 tracebacks for user input, 0 draws lost across kill / corrupt probes.",
+            "",
+            f"Probes tried: {len(rows)}; handled with a clear error or survived: "
+            f"{counts['handled']}; tracebacks: {counts['traceback']}; "
+            f"failing: {counts['failing']}.",
+            "",
+            "| probe | verdict | s | what the user saw (last line) |",
+            "|---|---|---:|---|",
+            *(
+                f"| {r['probe']} | {r['verdict']} | {r['seconds']:.1f} | "
+                f"{r['said'].replace('|', '/')} |"
+                for r in rows
+            ),
+            "",
+        ]
+    )
+
+
 def live_bench(args: argparse.Namespace) -> None:
     from . import live as bench_live
 
@@ -508,12 +543,16 @@ def main() -> None:
     app.add_argument("--repeats", type=int, default=5)
     app.add_argument("--quick", action="store_true", help="two clicks, three reruns, not recorded")
     app.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    faults = sub.add_parser("faults", help="issue 38's bad inputs and faults through the CLI")
+    faults.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     live = sub.add_parser("live", help="submit to first records, and gaps while compiling")
     live.add_argument("--repeats", type=int, default=3)
     live.add_argument("--steps", type=int, default=20_000)
     live.add_argument("--chains", type=int, default=64)
     live.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args()
+    if args.command == "faults":
+        return faults_bench(args)
     if args.command == "live":
         live_bench(args)
     elif args.command == "app":
