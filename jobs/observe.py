@@ -169,13 +169,13 @@ class LLCObserver:
 
     # -- at the end ------------------------------------------------------------------------------
     def summary(self, records: dict[str, np.ndarray]) -> dict:
+        """The estimate and its health; ``records``: the losses after the burn-in."""
         target, dim = self.target, self.target.dim
         per_chain = self.running().cpu().numpy()
         est = llc.summarise(per_chain, self.count)
-        burn = math.ceil(self.spec.burn_in / self.spec.thin)
         losses = np.zeros((0, len(per_chain)))  # no records: a run cancelled at once
         if "loss" in records:  # paired where the kernel pairs: the excess the estimate averaged
-            losses = llc.paired_losses(records, self.baseline)[burn:]
+            losses = llc.paired_losses(records, self.baseline)  # after the burn-in (jobs.run)
         spikes = llc.spikes(losses, self.baseline, self.nbeta, dim)
         flushes = self.store.read(self.run_id, series="flushes")
         acceptance = None

@@ -481,8 +481,8 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
 
     Budget: ``budget_bytes``, else $BASIN_MEMORY_BUDGET (bytes), for both; else 8 GiB for the
     store and 80% of the device's memory (RAM on CPU) for the device. The run's records must
-    also fit in the space free on the store's disk now (each run on its own: runs queued
-    before it are not counted).
+    also fit in the space free on the store's disk now, less what the runs queued or running
+    before it have still to write.
     """
     if spec.target.name == "custom":  # an energy with nothing to sample would only diverge
         try:
@@ -516,14 +516,39 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
             f"of store, over the budget of {budget}; {advice}",
         )
     home, free = _disk_free()
-    if free is not None and est.store_bytes > free:
+    promised = _promised(home) if free is not None else 0
+    if free is not None and est.store_bytes > free - promised:
         raise SpecError(
             "memory",
             f"needs ~{_human(est.store_bytes)} of store, but the disk holding {home} has "
-            f"{_human(free)} free; lower chains or steps, raise thin, record fewer positions, "
-            "or free some space (deleting old runs on the Runs page does)",
+            f"{_human(free)} free, ~{_human(promised)} of it promised to the runs queued or "
+            "running; lower chains or steps, raise thin, record fewer positions, or free some "
+            "space (deleting old runs on the Runs page does)",
         )
     return est
+
+
+def _promised(home: Path) -> int:
+    """Bytes the store's queued and running runs have still to write: each one's estimate less
+    its data file so far (0 when there is no store yet, or it cannot be read)."""
+    from .store import Store, StoreError
+
+    if not (home / "basin.sqlite").exists():
+        return 0
+    try:
+        store = Store(home)
+        runs = store.list("queued") + store.list("running")
+    except (StoreError, OSError):
+        return 0
+    total = 0
+    for record in runs:
+        try:
+            total += max(
+                0, estimate(parse_spec(record.spec)).store_bytes - store.written(record.id)
+            )
+        except (SpecError, ParamError, OSError, KeyError):
+            continue  # a run this version cannot read promises nothing it can tell
+    return total
 
 
 def _budget_from_env(text: str) -> int:

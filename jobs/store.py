@@ -424,6 +424,11 @@ class Store:
     def _data_path(self, run_id: str) -> Path:
         return self._path(run_id).with_suffix(".bin")
 
+    def written(self, run_id: str) -> int:
+        """Bytes of the run's records file so far (0 before its first flush)."""
+        path = self._data_path(run_id)
+        return path.stat().st_size if path.exists() else 0
+
     def _appender(self, run_id: str) -> io.RawIOBase:
         """This thread's handle on the run's .bin file: unbuffered, so that each write is in the
         operating system's hands (visible to every process) before its index row commits."""

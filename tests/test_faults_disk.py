@@ -63,3 +63,24 @@ def test_the_heartbeat_rides_out_a_full_disk_without_a_traceback(tmp_path, monke
     assert worker.disk_full(sqlite3.OperationalError("database or disk is full"))
     assert worker.disk_full(OSError(errno.ENOSPC, "No space left on device"))
     assert not worker.disk_full(OSError(errno.EACCES, "Permission denied"))
+
+
+def test_the_disk_check_counts_what_queued_runs_will_write(tmp_path, monkeypatch):
+    """Room on the disk for one run: the first is accepted, and a second, while the first is
+    still queued, is refused, the space being promised to it."""
+    from jobs import spec as specs
+    from jobs.spec import SpecError, check_budget, estimate
+
+    monkeypatch.setenv("BASIN_HOME", str(tmp_path))
+    big = parse_spec({**SPEC, "steps": 200_000})
+    need = estimate(big).store_bytes
+    Store(tmp_path)  # the store exists, empty
+    monkeypatch.setattr(specs, "_disk_free", lambda: (tmp_path, int(1.5 * need)))
+    check_budget(big)  # fits on its own
+    Store(tmp_path).create(big.model_dump(mode="json"))  # queued, nothing written yet
+    try:
+        check_budget(big)
+    except SpecError as exc:
+        assert exc.field == "memory" and "promised to the runs queued or running" in str(exc)
+    else:
+        raise AssertionError("the second run fit only by ignoring the queued one")
