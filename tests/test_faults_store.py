@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_jobs import cli
 
 from jobs.spec import parse_spec
 from jobs.store import CorruptRecords, DamagedStore, Store
@@ -28,18 +27,6 @@ SPEC = parse_spec(
         "device": "cpu",
     }
 ).model_dump(mode="json")
-
-
-def cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "jobs", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def jobs(home: Path, monkeypatch, *argv: str) -> int:
