@@ -25,7 +25,7 @@ PAGES = [
 try:
     ui.ensure_pool()
 except StoreError as exc:  # every page needs the store: say why there is none, and stop
-    st.error(str(exc), icon=ui.WARNING)
+    st.error(ui.plain(str(exc)), icon=ui.WARNING)  # the path comes from the environment
     st.stop()
 ui.sidebar()
 page = st.navigation(PAGES)
