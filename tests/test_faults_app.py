@@ -174,3 +174,18 @@ def test_typing_huge_widths_on_the_networks_page_builds_nothing(home, monkeypatc
     assert not at.exception
     assert any("n" in e or "widths" in e for e in errors(at)), errors(at)
     assert "dln" not in built
+
+
+def test_the_runs_page_names_a_damaged_run_and_lists_the_others(home):
+    import sqlite3
+
+    store = Store(home)
+    spec = parse_spec({"target": {"name": "banana"}, "sampler": {"name": "mala"}})
+    good = store.create(spec.model_dump(mode="json"))
+    bad = store.create(spec.model_dump(mode="json"))
+    with sqlite3.connect(home / "basin.sqlite") as conn:
+        conn.execute("UPDATE runs SET spec = '{oops' WHERE id = ?", (bad,))
+    at = page("runs")
+    assert not at.exception
+    assert any(bad in w.value and "damaged" in w.value for w in at.warning)
+    assert list(at.dataframe[0].value["id"]) == [good]

@@ -17,7 +17,7 @@ import streamlit as st
 
 import ui
 from charts import table
-from jobs.store import FINAL, STATUSES
+from jobs.store import FINAL, STATUSES, DamagedStore
 
 OPEN = "runs.open"  # the multiselect of opened run ids
 CONFIRM_ALL = "runs.confirm_all"  # the finished runs' ids a bulk delete asks to confirm
@@ -216,7 +216,11 @@ def runs_view() -> None:
     """Re-run every 2 s on its own: the table, the opened runs' progress and the actions."""
     store = ui.store()
     status = st.selectbox("Status", ["all", *STATUSES], key="runs.status")
-    everything = store.list()
+    entries = store.entries()
+    everything = [e for e in entries if not isinstance(e, DamagedStore)]
+    for damaged in (e for e in entries if isinstance(e, DamagedStore)):  # the others still show
+        text = f"Run {damaged.run_id} is damaged: {damaged}. `python -m jobs check` lists all."
+        st.warning(ui.plain(text), icon=ui.WARNING)
     records = [r for r in everything if status in ("all", r.status)]
     if not records:
         st.info(
