@@ -22,6 +22,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
+from jobs.store import Store
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 120.0
 SMALL = ["--target", "banana", "--sampler", "mala", "--param", "step_size=0.1"]
@@ -113,9 +117,6 @@ def killed_and_resumed(home: Path) -> list[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    sys.path.insert(0, str(ROOT))
-    from jobs.store import Store
-
     store, deadline = Store(home), time.monotonic() + LIMIT_S
     while time.monotonic() < deadline:
         runs = store.list()
@@ -130,10 +131,6 @@ def killed_and_resumed(home: Path) -> list[str]:
 
 def same_records(home: Path) -> Callable[[subprocess.CompletedProcess], bool]:
     def check(out: subprocess.CompletedProcess) -> bool:
-        import numpy as np
-
-        from jobs.store import Store
-
         store = Store(home)
         resumed, whole = store.list()  # newest first
         a, b = store.read(whole.id), store.read(resumed.id)
@@ -145,144 +142,54 @@ def same_records(home: Path) -> Callable[[subprocess.CompletedProcess], bool]:
 
 def probes(home: Path) -> list[tuple[str, Callable[[], list[str]], Callable]]:
     """(name, setup returning the CLI arguments, check of the outcome)."""
-    wide = ",".join(["5000"] * 11)
-    deep = '{"a": ' * 30 + "1" + "}" * 30
-    (home / "deep.json").write_text(deep)
+    (home / "deep.json").write_text('{"a": ' * 30 + "1" + "}" * 30)
     (home / "big.json").write_text(json.dumps({"target": {"name": "banana"}, "x": "y" * 2**21}))
-    tanh = ["--target", "tanh", "--sampler", "sgld", "--target-param"]
 
-    def fixed(*args):
+    def submit(target: str, sampler: str, *args: str) -> Callable[[], list[str]]:
+        return lambda: ["submit", "--target", target, "--sampler", sampler, *args]
+
+    def given(*args: str) -> Callable[[], list[str]]:
         return lambda: list(args)
 
+    def widths(count: int) -> str:
+        return "widths=" + ",".join(["5000"] * count)
+
+    def formula(text: str) -> Callable[[], list[str]]:
+        return submit("custom", "mala", "--target-param", f"formula={text}")
+
+    steps = ",".join(f"{k}e-8" for k in range(1, 13))
     return [
-        (
-            "dln 11 x 5000 widths",
-            fixed(
-                "submit", "--target", "dln", "--sampler", "sgld", "--target-param", f"widths={wide}"
-            ),
-            refused("target.params.n"),
-        ),
-        (
-            "dln 41 x 5000 widths",
-            fixed(
-                "submit",
-                "--target",
-                "dln",
-                "--sampler",
-                "sgld",
-                "--target-param",
-                ",".join(["widths=5000"] + ["5000"] * 40),
-            ),
-            refused("target.params"),
-        ),
-        (
-            "dln size_class=100M",
-            fixed(
-                "submit",
-                "--target",
-                "dln",
-                "--sampler",
-                "sgld",
-                "--target-param",
-                "size_class=100M",
-            ),
-            refused("target.params"),
-        ),
-        (
-            "tanh 4096 x 1e7, 2 chains",
-            fixed("submit", *tanh, "hidden=4096", "--target-param", "n=1e7", "--chains", "2"),
-            refused("memory"),
-        ),
-        (
-            "tanh 1000 x 1e6, 4 chains",
-            fixed("submit", *tanh, "hidden=1000", "--target-param", "n=1e6", "--chains", "4"),
-            refused("memory"),
-        ),
-        (
-            "bad splitting scheme at submit",
-            fixed(
-                "submit", "--target", "banana", "--sampler", "splitting", "--param", "scheme=XYZ"
-            ),
-            refused("scheme"),
-        ),
-        (
-            "worker --slots -1",
-            fixed("worker", "--slots", "-1"),
-            lambda out: out.returncode == 2 and "--slots: must be an integer >= 1" in out.stderr,
-        ),
-        (
-            "sweep of 60,000 runs",
-            fixed(
-                "sweep",
-                "dln",
-                "--problems",
-                "1000",
-                "--step-sizes",
-                ",".join(f"{k}e-8" for k in range(1, 13)),
-                "--submit-only",
-            ),
-            refused("runs"),
-        ),
-        ("spec nested 30 deep", fixed("submit", str(home / "deep.json")), refused("nested")),
-        ("spec file of 2 MiB", fixed("submit", str(home / "big.json")), refused("MiB")),
-        (
-            "formula NaN everywhere",
-            fixed(
-                "submit",
-                "--target",
-                "custom",
-                "--target-param",
-                "formula=log(-1 - w0**2)",
-                "--sampler",
-                "mala",
-            ),
-            refused("formula"),
-        ),
-        (
-            "formula flat",
-            fixed(
-                "submit",
-                "--target",
-                "custom",
-                "--target-param",
-                "formula=3 + 0 * w0",
-                "--sampler",
-                "mala",
-            ),
-            refused("flat"),
-        ),
-        (
-            "formula unbounded below",
-            fixed(
-                "submit",
-                "--target",
-                "custom",
-                "--target-param",
-                "formula=-w0**2 - w1**2",
-                "--sampler",
-                "mala",
-            ),
-            refused("formula"),
-        ),
-        (
-            "export to /dev/null",
-            lambda: ["export", a_run(home), "--out", os.devnull],
-            refused("--out"),
-        ),
-        (
-            "2,000 bytes of a run's data damaged",
-            lambda: corrupt_bytes(home),
-            lambda out: out.returncode == 1 and "left out of the export" in out.stderr,
-        ),
+        ("dln 11 x 5000 widths", submit("dln", "sgld", "--target-param", widths(11)),
+         refused("target.params.n")),
+        ("dln 41 x 5000 widths", submit("dln", "sgld", "--target-param", widths(41)),
+         refused("target.params")),
+        ("dln size_class=100M", submit("dln", "sgld", "--target-param", "size_class=100M"),
+         refused("target.params")),
+        ("tanh 4096 x 1e7, 2 chains", submit("tanh", "sgld", "--target-param", "hidden=4096",
+         "--target-param", "n=1e7", "--chains", "2"), refused("memory")),
+        ("tanh 1000 x 1e6, 4 chains", submit("tanh", "sgld", "--target-param", "hidden=1000",
+         "--target-param", "n=1e6", "--chains", "4"), refused("memory")),
+        ("bad splitting scheme at submit", submit("banana", "splitting", "--param",
+         "scheme=XYZ"), refused("scheme")),
+        ("worker --slots -1", given("worker", "--slots", "-1"),
+         lambda out: out.returncode == 2 and "--slots: must be an integer >= 1" in out.stderr),
+        ("sweep of 60,000 runs", given("sweep", "dln", "--problems", "1000", "--step-sizes",
+         steps, "--submit-only"), refused("runs")),
+        ("spec nested 30 deep", given("submit", str(home / "deep.json")), refused("nested")),
+        ("spec file of 2 MiB", given("submit", str(home / "big.json")), refused("MiB")),
+        ("formula NaN everywhere", formula("log(-1 - w0**2)"), refused("formula")),
+        ("formula flat", formula("3 + 0 * w0"), refused("flat")),
+        ("formula unbounded below", formula("-w0**2 - w1**2"), refused("formula")),
+        ("export to /dev/null", lambda: ["export", a_run(home), "--out", os.devnull],
+         refused("--out")),
+        ("2,000 bytes of a run's data damaged", lambda: corrupt_bytes(home),
+         lambda out: out.returncode == 1 and "left out of the export" in out.stderr),
         ("index dtype '|O'", lambda: object_dtype(home), refused("dtype")),
-        (
-            "a bad spec row, then list",
-            lambda: bad_spec_row(home),
-            lambda out: out.returncode == 0 and "damaged" in out.stdout,
-        ),
+        ("a bad spec row, then list", lambda: bad_spec_row(home),
+         lambda out: out.returncode == 0 and "damaged" in out.stdout),
         ("garbage per-run index", lambda: garbage_index(home), refused("index")),
         ("killed run resumed", lambda: killed_and_resumed(home), same_records(home)),
-    ]
+    ]  # fmt: skip
 
 
 def run() -> list[dict]:
