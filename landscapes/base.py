@@ -211,7 +211,11 @@ class Target(ABC):
     ``w0`` (a known true/trained point, Tensor[d], or None), ``nbeta`` (the default inverse
     temperature times n: 1 for potentials).
     ``prior_std``: a Gaussian prior N(0, prior_std^2 I) that kernels add to the energy (None:
-    no prior term).
+    no prior term); targets with another prior override ``has_prior``, ``prior_energy`` and
+    ``prior_grad``.
+    ``gradient_noise``: sigma of the N(0, sigma^2 I) noise added to a potential's gradient in
+    stochastic-gradient kernels (reference 001's funnel protocol uses 1): a potential's
+    "minibatch" is that noise's draw, so exact-gradient kernels (MH, ULA) never see it.
     Optional truths (None or empty where not known): ``exact_sample(generator, C)``,
     ``marginals`` (coordinate index -> closed-form 1-D log-density), ``log_z`` (so that
     exp(-loss - log_z) is the normalised density of a potential), ``mean``, ``cov``,
@@ -228,6 +232,7 @@ class Target(ABC):
     log_z: float | None = None
     true_llc: tuple[float, int] | None = None  # (lambda, multiplicity)
     prior_std: float | None = None
+    gradient_noise: float = 0.0
 
     # -- the contract ----------------------------------------------------------------------
     def loss(self, w: Tensor, batch: Batch = None) -> Tensor:
@@ -239,7 +244,11 @@ class Target(ABC):
         return self.loss_and_grad(w, batch)[1]
 
     def loss_and_grad(self, w: Tensor, batch: Batch = None) -> tuple[Tensor, Tensor]:
-        return self._loss_and_grad(self.check_position(w), batch)
+        w = self.check_position(w)
+        if self.n is None and batch is not None:  # a potential's batch: its gradient's noise
+            loss, grad = self._loss_and_grad(w, None)
+            return loss, grad + self.gradient_noise * batch
+        return self._loss_and_grad(w, batch)
 
     def _loss_and_grad(self, w: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         # overridden where the loss and its gradient share work
@@ -268,6 +277,11 @@ class Target(ABC):
         return torch.randn(
             chains, self.dim, generator=generator, device=generator.device, dtype=self.dtype
         )
+
+    @property
+    def has_prior(self) -> bool:
+        """Whether kernels add ``prior_energy`` to U."""
+        return self.prior_std is not None
 
     def prior_energy(self, w: Tensor) -> Tensor:
         """Tensor[C]: -log prior up to a constant (zero without a prior)."""

@@ -339,6 +339,29 @@ SPECS = [
 ]
 
 
+GRADIENT_NOISE = Param(
+    "gradient_noise",
+    "float",
+    0.0,
+    "sigma of N(0, sigma^2) noise added to the gradient in stochastic-gradient samplers (the "
+    "SGRLD funnel protocol uses 1; MH samplers and ula use the exact gradient)",
+    0.0,
+    1e6,
+)
+
+
+def _with_gradient_noise(spec: Spec) -> Spec:
+    """A potential's spec that also takes ``gradient_noise``, set on the built target."""
+
+    def build(gradient_noise: float = 0.0, **params: Any):
+        target = spec.build(**params)
+        target.gradient_noise = gradient_noise
+        return target
+
+    return Spec(spec.name, spec.kind, spec.doc, spec.paper, (*spec.params, GRADIENT_NOISE), build)
+
+
+SPECS = [_with_gradient_noise(s) if s.kind == "potential" else s for s in SPECS]
 REGISTRY: dict[str, TargetSpec] = {spec.name: spec for spec in SPECS}
 
 

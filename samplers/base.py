@@ -153,6 +153,8 @@ class Kernel(ABC):
         own = self.noise(chains, dim)
         if self.uses_batches(target):
             own["index"] = Draw("integers", (chains, self.batch_size), target.n)
+        elif self.minibatch and target.n is None and target.gradient_noise:
+            own["gradient_noise"] = Draw("normal", (chains, dim))  # a potential's "minibatch"
         return own
 
     def noise_for(
@@ -180,7 +182,7 @@ class Kernel(ABC):
 
     def step(self, state: State, target: Target, noise: dict[str, Tensor]) -> tuple[State, Info]:
         """One step with one step's draws (``noise``: [C, ...] each, as ``draws`` lists)."""
-        batch = target.batch(noise["index"]) if "index" in noise else None
+        batch = target.batch(noise["index"]) if "index" in noise else noise.get("gradient_noise")
         new, loss, accepted = self.update(state, target, batch, noise)
         return contain(state, new, loss, accepted, self.observe(new))
 
@@ -266,7 +268,7 @@ class Kernel(ABC):
             diff = w - state.center
             loc = self.localization
             value, grad = value + 0.5 * loc * (diff * diff).sum(-1), grad + loc * diff
-        if target.prior_std is not None:
+        if target.has_prior:
             value, grad = value + target.prior_energy(w), grad + target.prior_grad(w)
         return Energy(loss, loss_grad, value, grad)
 

@@ -6,9 +6,11 @@ from landscapes import Param, Spec
 
 from .mcmc import HMC, MALA, RWMH
 from .sgmcmc import SGHMC, SGLD, SGNHT, ULA, AdamSGLD, RMSPropSGLD
+from .sgrld import METRICS, SGRLD
 from .splitting import SCHEMES, Splitting
 
 P000 = "000 Hitchcock & Hoogland, local posterior sampling benchmark"
+P001 = "001 Yu et al., SGRLD in non-diagonal metrics"
 P003 = "003 Heber et al., TATi"
 
 STEP = Param("step_size", "float", 1e-3, "step size epsilon", 1e-12, 10.0)
@@ -108,6 +110,58 @@ SPECS = [
             VARIANT,
         ],
         SGNHT,
+    ),
+    Spec(
+        "sgrld",
+        "sgmcmc",
+        SGRLD.__doc__,
+        P001 + ", eqs. 3-4, sections 3.1-3.2",
+        [
+            Param(
+                "step_size",
+                "float",
+                1e-3,
+                "step size h (the paper's; for networks its learning rate l = h n)",
+                1e-12,
+                10.0,
+            ),
+            NBETA,
+            LOC,
+            BATCH,
+            Param("metric", "choice", "identity", "the metric G", choices=METRICS),
+            Param("alpha2", "float", 0.1, "monge: alpha^2 of G = I + alpha^2 m m^T", 0.0, 1e6),
+            Param(
+                "decay",
+                "float",
+                None,
+                "lambda of the metric's EMA (empty: the paper's: rmsprop 0.99 / 0.995 on "
+                "potentials, wenzel 0.99, monge 0.9 / 0.7, shampoo 0.99 / 0.9995; 1: frozen)",
+                0.0,
+                1.0,
+                optional=True,
+            ),
+            Param(
+                "epsilon",
+                "float",
+                None,
+                "rmsprop/wenzel stability eps, shampoo's H_0 = eps I and ridge (empty: 1e-8; "
+                "on potentials rmsprop 0, shampoo 1e-6)",
+                0.0,
+                1.0,
+                optional=True,
+            ),
+            Param(
+                "update_every",
+                "int",
+                None,
+                "steps between shampoo's roots (empty: 100; 1 on potentials) or wenzel's "
+                "refreshes (empty: one epoch)",
+                1,
+                10_000_000,
+                optional=True,
+            ),
+        ],
+        SGRLD,
     ),
     Spec("ula", "mcmc", "Unadjusted Langevin: SGLD's update on the full data.", P000, MH, ULA),
     Spec("mala", "mcmc", MALA.__doc__, P000 + " (section 5 extras)", MH, MALA),

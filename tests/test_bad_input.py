@@ -32,7 +32,7 @@ def test_unknown_target_lists_the_choices():
 
 def test_unknown_parameter_lists_the_known_ones():
     refused("gaussian", "gaussian.dimension", "unknown parameter", "'dim'", dimension=3)
-    refused("banana", "banana.dim", "takes ['a', 'b']", dim=3)
+    refused("banana", "banana.dim", "takes ['a', 'b', 'gradient_noise']", dim=3)
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ BAD = [
     (
         spec_with(target={"name": "banana", "params": {"c": 1}}),
         "target.params.c",
-        ["unknown parameter", "['a', 'b']"],
+        ["unknown parameter", "['a', 'b', 'gradient_noise']"],
     ),
     (
         spec_with(sampler={"name": "mala", "params": {"leapfrog_steps": 3}}),

@@ -1,0 +1,233 @@
+"""SGRLD in five metrics (reference 001: Yu, Hartmann, Williams & Klami, "Scalable SGRLD in
+non-diagonal metrics"): identity (SGLD), rmsprop (pSGLD), wenzel (layer-wise), monge and shampoo.
+
+Every metric shares the Euler-Maruyama step of Riemannian Langevin dynamics at tau = 1,
+
+    w <- w - h n G^-1 g + sqrt(2 h) G^-1/2 xi,   g = grad U / n,   xi ~ N(0, I),
+
+with g the paper's per-datum gradient (n the training-set size, 1 for potentials; the prior is
+part of U, so of every statistic) and G built from g. For networks this is the paper's NN
+parametrisation with learning rate l = h n (w <- w - l G^-1 g + sqrt(2 l / n) G^-1/2 xi: its
+tables' l are step_size x n); for potentials (n = 1) it is the toy code's, w <- w + h G^-1 grad
+log p + sqrt(2h) G^-1/2 xi. Each step updates the metric's statistics with the current g BEFORE
+the metric is formed, as the paper's code does.
+
+The drift term tau Gamma(w) h, Gamma_j = sum_k d(G^-1)_jk / dw_k, is omitted in every metric, as
+the paper does: adaptive metrics then sample a biased law, even on a Gaussian (N(0, I_2) at h =
+0.01: RMSprop variance 1.33, Shampoo 1.6, Monge 1.3 at alpha2 = 0.1 and 12-16 at alpha2 = 1;
+reference 001 section 5, test 4; tests/test_sgrld.py pins them). Runs with a metric other than
+identity carry the warning ``dropped_gamma``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from .base import Kernel, State
+
+METRICS = ("identity", "rmsprop", "wenzel", "monge", "shampoo")
+# The paper's settings (reference 001, sections 1.3-1.6), as (networks, potentials).
+DECAY = {
+    "rmsprop": (0.99, 0.995),
+    "wenzel": (0.99, 0.99),
+    "monge": (0.9, 0.7),
+    "shampoo": (0.99, 0.9995),
+}
+EPSILON = {"rmsprop": (1e-8, 0.0), "wenzel": (1e-8, 1e-8), "shampoo": (1e-8, 1e-6)}
+SHAMPOO_EVERY = (100, 1)  # steps between two root computations
+MONGE_FALLBACK = 1000.0  # the funnel code's bound on |G^-1 g| (potentials only, as the paper)
+
+GAMMA_OMITTED = (
+    "SGRLD drops the metric's drift term Gamma, as the paper does, so an adaptive metric samples a "
+    "biased law even on a Gaussian (N(0, I) at step 0.01: variance 1.33 with rmsprop, 1.6 with "
+    "shampoo, 1.3 with monge at alpha2 = 0.1 and 12-16 at alpha2 = 1); part of a metric's "
+    "'exploration' is this inflation: compare with metric identity"
+)
+
+
+@dataclass
+class SGRLDState(State):
+    t: int = 0  # steps taken, on the host: refreshes every few steps need no device sync
+    stat: Tensor | None = None  # V (rmsprop, wenzel), m (monge) [C, d]; H (shampoo) [C, d, d]
+    scale: Tensor | None = None  # wenzel's sigma~ per coordinate [C, d]; shampoo's H^-1/4
+    factors: tuple[Tensor, ...] = ()  # shampoo on networks: H_i of each mode of each matrix
+    roots: tuple[Tensor, ...] = ()  # and their H_i^(-1/(4 rank))
+
+
+def inverse_root(h: Tensor, power: float, epsilon: float) -> Tensor:
+    """H^-power of symmetric PSD matrices [..., n, n] by eigh, with the ridge epsilon lambda_max."""
+    lam, q = torch.linalg.eigh(h)
+    tiny = torch.finfo(h.dtype).tiny
+    lam = lam.clamp_min(0) + epsilon * lam[..., -1:].clamp_min(tiny)
+    return (q * lam.pow(-power).unsqueeze(-2)) @ q.transpose(-1, -2)
+
+
+def _along(moved: Tensor, matrix: Tensor) -> Tensor:
+    """moved [C, ..., n] times matrix [C, n, n] along its last axis (a mode product)."""
+    c, n = moved.shape[0], moved.shape[-1]
+    out = moved.reshape(c, -1, n) @ matrix
+    return out.reshape(moved.shape)
+
+
+def monge_coefficients(norm2: Tensor, alpha2: float) -> tuple[Tensor, Tensor]:
+    """f_-1 and f_-1/2 of G^n x = x + f_n m <m, x> at |m|^2 = ``norm2``. The paper's
+    f_-1/2 = (1/sqrt(1 + a |m|^2) - 1) / |m|^2 is written here without its cancellation, as
+    -a / (r (1 + r)) with r = sqrt(1 + a |m|^2): the same number, whose value at |m| -> 0 is
+    the README's small-norm guard, -alpha2 / 2, with no branch."""
+    root = (1 + alpha2 * norm2).sqrt()
+    return -alpha2 / (1 + alpha2 * norm2), -alpha2 / (root * (1 + root))
+
+
+class SGRLD(Kernel):
+    """w <- w - h n G^-1 g + sqrt(2h) G^-1/2 xi, g = grad U / n (module doc), with G:
+    identity: I.   rmsprop: diag(sqrt(V) + eps), V <- decay V + (1 - decay) g^2, V_0 = 0.
+    wenzel: sigma~_l I per parameter tensor l, sigma_l = sqrt(eps + mean V_l) over min_k sigma_k,
+      V_0 = 1, refreshed every ``update_every`` steps (default one epoch).
+    monge: I + alpha2 m m^T, m <- decay m + (1 - decay) g; matrix-free: G^-1 x = x + f_-1 m <m, x>,
+      G^-1/2 x = x + f_-1/2 m <m, x> with inner products over all parameters.
+    shampoo: potentials: H^1/2 with H <- decay H + (1 - decay) g g^T, H_0 = eps I; networks: per
+      matrix parameter the Kronecker factors H_1 = g g^T, H_2 = g^T g (EMAs), G^-1 g =
+      H_1^-1/4 g H_2^-1/4 and G^-1/2 xi = H_1^-1/8 xi H_2^-1/8; biases unpreconditioned; roots
+      by eigh with the ridge eps lambda_max, every ``update_every`` steps (100 for networks).
+    The drift term Gamma is omitted, as in the paper: adaptive metrics are biased (module doc)."""
+
+    name, minibatch = "sgrld", True
+    batch_size: int | None = None
+    metric: str = "identity"
+    alpha2: float = 0.1
+    decay: float | None = None
+    epsilon: float | None = None
+    update_every: int | None = None
+
+    @property
+    def caveats(self) -> dict[str, str]:  # identity is SGLD: its G is constant, Gamma = 0
+        return {} if self.metric == "identity" else {"dropped_gamma": GAMMA_OMITTED}
+
+    # -- the paper's settings where the user left them empty ----------------------------------
+    def settings(self, target) -> tuple[float, float, int]:
+        """(decay, epsilon, update_every) for ``target``: the given ones, else the paper's."""
+        kind = 1 if target.n is None else 0
+        decay = self.decay if self.decay is not None else DECAY.get(self.metric, (0, 0))[kind]
+        eps = self.epsilon if self.epsilon is not None else EPSILON.get(self.metric, (0, 0))[kind]
+        every = self.update_every
+        if every is None:
+            if self.metric == "shampoo":
+                every = SHAMPOO_EVERY[kind]
+            else:  # wenzel: once per epoch
+                size = self.batch_size if self.uses_batches(target) else target.n
+                every = 1 if target.n is None else math.ceil(target.n / size)
+        return decay, eps, every
+
+    def matrices(self, target) -> list[tuple[str, tuple[int, ...]]]:
+        """Shampoo's Kronecker-factored tensors: a network's parameters of rank >= 2."""
+        return [(k, s) for k, s in target.layout.items() if len(s) >= 2]
+
+    def start(self, state, target, generator):
+        w = state.position
+        chains, d = w.shape
+        _, eps, every = self.settings(target)
+        stat = scale = None
+        factors: tuple[Tensor, ...] = ()
+        if self.metric in ("rmsprop", "monge"):
+            stat = torch.zeros_like(w)
+        elif self.metric == "wenzel":
+            stat, scale = torch.ones_like(w), torch.ones_like(w)
+        elif self.metric == "shampoo" and target.n is None:  # a vector: the full d x d H
+            stat = eps * torch.eye(d, dtype=w.dtype, device=w.device).expand(chains, d, d).clone()
+            scale = torch.zeros_like(stat)
+        elif self.metric == "shampoo":
+            eye = lambda m: torch.eye(m, dtype=w.dtype, device=w.device).expand(chains, m, m)  # noqa: E731
+            factors = tuple(eps * eye(m) for _, shape in self.matrices(target) for m in shape)
+        # a refresh every few steps reads the host counter t, which a compiled chunk would fix
+        self.compilable = every == 1 and not factors
+        return SGRLDState(**vars(state), stat=stat, scale=scale, factors=factors, roots=factors)
+
+    # -- the step ------------------------------------------------------------------------------
+    def update(self, state, target, batch, noise):
+        e = self.energy(state.position, state, target, batch)
+        n = target.n or 1
+        g = e.grad / n if n != 1 else e.grad
+        xi = noise["xi"]
+        state, drift, diffusion = getattr(self, "_" + self.metric)(state, target, g, xi)
+        w = (
+            state.position
+            - (self.step_size * n) * drift
+            + math.sqrt(2 * self.step_size) * diffusion
+        )
+        ones = torch.ones_like(e.loss)
+        return replace(state, position=w, t=state.t + 1), e.loss, ones
+
+    def _refresh(self, state: SGRLDState, every: int) -> bool:
+        return every == 1 or state.t % every == 0
+
+    def _identity(self, state, target, g, xi):
+        return state, g, xi
+
+    def _rmsprop(self, state, target, g, xi):
+        decay, eps, _ = self.settings(target)
+        v = decay * state.stat + (1 - decay) * g * g
+        root = v.sqrt() + eps  # G
+        return replace(state, stat=v), g / root, xi / root.sqrt()
+
+    def _wenzel(self, state, target, g, xi):
+        decay, eps, every = self.settings(target)
+        v = decay * state.stat + (1 - decay) * g * g
+        scale = state.scale
+        if self._refresh(state, every):
+            parts = target.unflatten(v)  # sigma_l per parameter tensor, over the smallest
+            sigma = torch.stack([(eps + p.flatten(1).mean(1)).sqrt() for p in parts.values()], 1)
+            sigma = sigma / sigma.min(1, keepdim=True).values
+            sizes = [math.prod(s) for s in target.layout.values()]
+            scale = torch.repeat_interleave(sigma, torch.tensor(sizes, device=g.device), dim=1)
+        return replace(state, stat=v, scale=scale), g / scale, xi / scale.sqrt()
+
+    def _monge(self, state, target, g, xi):
+        decay, _, _ = self.settings(target)
+        a2 = self.alpha2
+        m = decay * state.stat + (1 - decay) * g
+        f_inv, f_half = monge_coefficients((m * m).sum(-1, keepdim=True), a2)
+        drift = g + f_inv * m * (m * g).sum(-1, keepdim=True)
+        diffusion = xi + f_half * m * (m * xi).sum(-1, keepdim=True)
+        if target.n is None:  # the funnel code's fallback: the identity metric up to a scale
+            size = torch.linalg.vector_norm(drift, dim=-1, keepdim=True)
+            factor = (torch.linalg.vector_norm(g, dim=-1, keepdim=True) / MONGE_FALLBACK).clamp_min(
+                torch.finfo(g.dtype).tiny
+            )
+            big = size > MONGE_FALLBACK
+            drift = torch.where(big, g / factor, drift)
+            diffusion = torch.where(big, xi / factor.sqrt(), diffusion)
+        return replace(state, stat=m), drift, diffusion
+
+    def _shampoo(self, state, target, g, xi):
+        decay, eps, every = self.settings(target)
+        refresh = self._refresh(state, every)
+        if not state.factors:  # a vector: full-matrix RMSprop, G^-1 = H^-1/2, G^-1/2 = H^-1/4
+            h = decay * state.stat + (1 - decay) * g[:, :, None] * g[:, None, :]
+            r = inverse_root(h, 0.25, eps) if refresh else state.scale
+            drift = (r @ (r @ g[:, :, None]))[..., 0]
+            return replace(state, stat=h, scale=r), drift, (r @ xi[:, :, None])[..., 0]
+        gs, xs = target.unflatten(g), target.unflatten(xi)
+        factors, roots, i = list(state.factors), list(state.roots), 0
+        for name, shape in self.matrices(target):
+            rank = len(shape)
+            for mode in range(rank):  # mode-i contraction: g_(i) g_(i)^T
+                unfold = gs[name].movedim(mode + 1, 1).flatten(2)
+                factors[i + mode] = decay * factors[i + mode] + (1 - decay) * (
+                    unfold @ unfold.transpose(1, 2)
+                )
+                if refresh:
+                    roots[i + mode] = inverse_root(factors[i + mode], 1 / (4 * rank), eps)
+            drift, diffusion = gs[name], xs[name]
+            for mode in range(rank):
+                r = roots[i + mode]
+                drift = _along(_along(drift.movedim(mode + 1, -1), r), r).movedim(-1, mode + 1)
+                diffusion = _along(diffusion.movedim(mode + 1, -1), r).movedim(-1, mode + 1)
+            gs[name], xs[name] = drift, diffusion
+            i += rank
+        flat = lambda parts: torch.cat([p.flatten(1) for p in parts.values()], 1)  # noqa: E731
+        new = replace(state, factors=tuple(factors), roots=tuple(roots))
+        return new, flat(gs), flat(xs)
