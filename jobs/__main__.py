@@ -154,7 +154,13 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
         choices=("auto", "always", "never"),
         help="compiled chunks of steps: auto (when the compile pays within the run; default)",
     )
-    p.add_argument("--observe", action="append", default=[], metavar="NAME", help="e.g. llc")
+    p.add_argument(
+        "--observe",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an observable, repeatable: llc, predictive (test-set ensemble metrics)",
+    )
     llc = p.add_argument_group("LLC (with --observe llc)")
     llc.add_argument(
         "--w0",
@@ -263,7 +269,18 @@ def _foreground(args: argparse.Namespace, store: Store, run_id: str, spec) -> in
         print(json.dumps(_finite(summary)))
     else:
         print(f"{run_id} {summary['status']} in {summary['seconds']:.2f} s")
+        _print_observables(summary)
     return 0
+
+
+def _print_observables(summary) -> None:
+    """The observables a plain-text summary spells out, a line each (the JSON has them all)."""
+    observables = summary.get("observables") if isinstance(summary, dict) else None
+    if isinstance(observables, dict) and isinstance(observables.get("predictive"), dict):
+        from .report import predictive_lines
+
+        for line in predictive_lines(observables["predictive"]):
+            print(line)
 
 
 def cmd_submit(args: argparse.Namespace, store: Store) -> int:
@@ -345,6 +362,7 @@ def cmd_show(args: argparse.Namespace, store: Store) -> int:
         return 0
     for key, value in info.items():
         print(f"{key}: {value}")
+    _print_observables(info["summary"])
     if table is not None:
         print(f"\n{report.diagnostics_text(table)}")
     return 0

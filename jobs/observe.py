@@ -1,9 +1,11 @@
-"""Observables computed alongside a run's chains: today the LLC (``"llc"``).
+"""Observables computed alongside a run's chains: the LLC (``"llc"``) and the posterior-predictive
+metrics of the kept draws (``"predictive"``).
 
 An observable sees the run at four points: ``start`` (before the chains exist: it may choose
-where they start, e.g. train to w0), ``block`` (every block of steps, on the device, no host
-sync), ``flush`` (with the records: one row of live signals per flush, in the store's "flushes"
-series) and ``summary`` (at the end). The run loop knows nothing of what they compute.
+where they start, e.g. train to w0, or return the start it is given), ``block`` (every block of
+steps, on the device, no host sync), ``flush`` (with the records: one row of live signals per
+flush, in the store's "flushes" series) and ``summary`` (at the end). The run loop knows
+nothing of what they compute.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import torch
 
 from landscapes import ParamError, Target
-from samplers import Kernel, llc
+from samplers import Kernel, llc, predictive
 from samplers.training import random_init, train
 
 from .spec import RunSpec, SpecError, resolve_w0, target_facts
@@ -41,9 +43,14 @@ class LLCObserver:
 
     # -- before the chains --------------------------------------------------------------------
     def start(
-        self, chains: int, device: torch.device, report: Callable[[dict], bool]
+        self,
+        chains: int,
+        device: torch.device,
+        report: Callable[[dict], bool],
+        position: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """[C, d]: every chain at w0 (trained, the truth or an initialisation)."""
+        """[C, d]: every chain at w0 (trained, the truth or an initialisation), in place of
+        ``position`` (the start so far)."""
         spec, target, opts = self.spec, self.target, self.spec.llc
         g = torch.Generator(device=device).manual_seed(spec.seed + 104_729)  # not the chains'
         self.mode = resolve_w0(spec, target_facts(spec))
@@ -212,4 +219,52 @@ class LLCObserver:
         return out
 
 
-OBSERVERS = {"llc": LLCObserver}
+class PredictiveObserver:
+    """Posterior-predictive metrics (``samplers.predictive``: ensemble log p, accuracy, ECE,
+    confidence, input curvature) of the run's kept draws on the target's test set.
+
+    The kept draws are the records' after the burn-in: steps with step % thin == 0 and step >=
+    burn_in, of every chain, read from the block's positions (the run loop passes full ones
+    whenever record.positions is not "none", which the spec requires). ``block`` adds them to
+    per-chain sums on the device (no host sync); ``summary`` combines the chains that had not
+    diverged by the run's end, as the run's other averages do. A resumed run replays from
+    step 0 with a new observer, so each draw counts once."""
+
+    def __init__(self, spec: RunSpec, target: Target, kernel: Kernel, store: Store, run_id: str):
+        self.spec, self.target = spec, target
+        self.first = math.ceil(spec.burn_in / spec.thin) * spec.thin  # the first kept step
+        kept = len(range(self.first, spec.steps, spec.thin))
+        # the curvature's draws spread over the kept draws the run will make
+        self.sums = predictive.Accumulator(target, "test", spec.chains, kept * spec.chains)
+        self.diverged: torch.Tensor | None = None
+
+    def start(
+        self,
+        chains: int,
+        device: torch.device,
+        report: Callable[[dict], bool],
+        position: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The chains start where they would: ``position`` unchanged."""
+        return position
+
+    def block(self, first_step: int, info) -> None:
+        if info.position is None:
+            raise SpecError("record.positions", "the 'predictive' observable needs positions")
+        steps, thin = info.loss.shape[0], self.spec.thin
+        kept = max(first_step, self.first)
+        row = -(-kept // thin) * thin - first_step  # the block's first kept step
+        if row < steps:
+            self.sums.add(info.position[row::thin])  # [k, C, d]
+        self.diverged = info.diverged[-1].clone()  # the chains diverged so far (sticky)
+
+    def flush(self, done: int, state, write: bool = True) -> None:
+        """Nothing live: the metrics come at the end."""
+
+    def summary(self, records: dict[str, np.ndarray]) -> dict:
+        """samplers.predictive.KEYS over the chains that had not diverged."""
+        keep = None if self.diverged is None else ~self.diverged
+        return self.sums.result(keep)
+
+
+OBSERVERS = {"llc": LLCObserver, "predictive": PredictiveObserver}

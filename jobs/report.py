@@ -589,3 +589,29 @@ def calibration_rows(cells: list[dict]) -> dict:
         "acceptance": [c["acceptance"] for c in cells],
         "flags": [", ".join(c["flags"]) or "stable" for c in cells],
     }
+
+
+# -- posterior-predictive metrics ------------------------------------------------------------
+
+PREDICTIVE_LINES = (  # summary key -> what it is, for the plain-text output
+    ("log_p", "ensemble log p(y | x) per point"),
+    ("mean_single_log_p", "mean of single draws' log p(y | x) per point, <= log_p"),
+    ("accuracy", "of the draw-averaged probabilities"),
+    ("ece", "expected calibration error, 30 bins"),
+    ("confidence", "mean top-label probability"),
+    ("curvature", "input-space |lambda_max| / (|grad| + 1e-6), Srinivas et al."),
+)
+
+
+def predictive_lines(block: dict) -> list[str]:
+    """The "predictive" observable's summary (``samplers.predictive.KEYS``) as text, a line a
+    metric: what ``python -m jobs run`` and ``show`` print without --json."""
+    draws, split = block.get("draws") or 0, block.get("split", "test")
+    lines = [f"predictive: {draws} draws on the {split} set"]
+    for key, what in PREDICTIVE_LINES:
+        value = block.get(key)
+        shown = "n/a" if value is None else f"{value:.6g}"
+        if key == "curvature" and value is not None:
+            what += f", {block.get('curvature_draws')} draws"
+        lines.append(f"predictive.{key}: {shown}  ({what})")
+    return lines

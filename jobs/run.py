@@ -88,8 +88,8 @@ def execute(
         report(_progress(p["steps_done"], p["steps_total"], elapsed, phase="train"))
         return should_stop()
 
-    for observer in observers.values():
-        start = observer.start(spec.chains, device, report_training)
+    for observer in observers.values():  # each may move the start an earlier one chose
+        start = observer.start(spec.chains, device, report_training, start)
     if "llc" in spec.observables and spec.llc.baseline == "full":
         kernel = llc.Paired.of(kernel, target, start[0])  # batch losses paired with w0's
     state = kernel.init(start, target, generator)

@@ -36,6 +36,8 @@ from .store import store_home
 # Observables computed alongside the chains (jobs.observe): name -> one-line doc.
 OBSERVABLES: dict[str, str] = {
     "llc": "local learning coefficient at w0: nbeta (E[L] - L(w0)), live, with health warnings",
+    "predictive": "posterior-predictive metrics of the kept draws on the test set: ensemble "
+    "log p, accuracy, ECE, confidence, curvature",
 }
 
 # Records buffered on the device between two flushes when flush_every is 0 (auto, ~0.5 s): the
@@ -149,6 +151,12 @@ class RunSpec(_Model):
                 raise _fail(
                     "observables", f"must be names from {sorted(OBSERVABLES)}, got {name!r}"
                 )
+        if "predictive" in self.observables and self.record.positions == "none":
+            raise _fail(
+                "record.positions",
+                "must record positions for the 'predictive' observable, which evaluates the "
+                "kept draws; got 'none' (use 'auto')",
+            )
         self._llc_defaults()
         for role, registry in (("target", landscapes.REGISTRY), ("sampler", samplers.REGISTRY)):
             part = getattr(self, role)
@@ -158,7 +166,25 @@ class RunSpec(_Model):
                 part.params = registry[part.name].validate(part.params)
             except ParamError as exc:
                 raise _fail(*_param_error(exc, role, part.name)) from None
+        if "predictive" in self.observables:
+            self._check_predictive()
         return self
+
+    def _check_predictive(self) -> None:
+        """The "predictive" observable needs a classification network: from the target's facts,
+        parameter arithmetic that builds nothing (``landscapes.registry.facts``)."""
+        name = self.target.name
+        try:
+            facts = _target_facts(name, json.dumps(self.target.params, sort_keys=True))
+        except ParamError as exc:  # a size over the limits: named as check_budget names it
+            raise _fail(*_param_error(exc, "target", name)) from None
+        if facts.classes is None:
+            what = "a regression network" if facts.has_data else "a potential (no data)"
+            raise _fail(
+                "observables",
+                f"'predictive' needs a classification network (mlp or slp on a classification "
+                f"dataset: digits, moons); {name} with these parameters is {what}",
+            )
 
     def _llc_defaults(self) -> None:
         """LLC runs on networks localise at w0 with gamma = ``llc.LOCALIZATION`` unless the spec
@@ -302,6 +328,8 @@ class TargetFacts(NamedTuple):
     n: int | None  # training points
     widths: tuple[int, ...]  # a data point's numbers through a forward pass (networks)
     closed_form: bool  # the full-data loss needs no pass over the points
+    classes: int | None = None  # a classification network's classes (None: any other target)
+    n_test: int = 0  # test points (networks)
 
 
 @functools.lru_cache(maxsize=64)
@@ -319,6 +347,8 @@ def _target_facts(name: str, params_json: str) -> TargetFacts:
         n,
         f["widths"],
         f["closed_form"],
+        f.get("classes"),  # network facts only
+        f.get("n_test", 0),
     )
 
 
@@ -376,13 +406,20 @@ def estimate(spec: RunSpec) -> Estimate:
         passes of DATA_CHUNK points): a layer's input and two of its outputs alive at once,
         C x min(n, DATA_CHUNK) x max(H_in + 2 H_out) numbers;
       - with "llc": its MALA probe, a step's on min(n, EVAL_POINTS) points a chain, and the
-        training of w0 (one chain, its training batch).
+        training of w0 (one chain, its training batch);
+      - with "predictive": a forward pass of the kept draws on the test set (at most
+        samplers.predictive.NUMBERS_PER_PASS activations, float64 logits) and the curvature's
+        double backward (CURVATURE_DRAWS draws on up to CURVATURE_POINTS points, its graph
+        kept through the power iterations);
       A closed-form target's full-data loss costs no points (the polynomial's moments); a
       potential's temporaries are [C, d], in state;
-    - buffer: the records held between two flushes.
+    - buffer: the records held between two flushes;
+    - with "predictive", in state: its per-chain sums, C x n_test x (classes + 1) float64.
     Host bytes are the summary's: its per-chain sums of positions and the diagnosed chains'
     draws (ESS, R-hat), kept in RAM (on CPU, the device's memory too).
     """
+    from samplers import predictive
+
     from .observe import EVAL_POINTS  # observe imports this module
 
     f = target_facts(spec)
@@ -406,6 +443,14 @@ def estimate(spec: RunSpec) -> Estimate:
         if f.has_data and spec.llc.w0 in ("auto", "train"):
             train_points = spec.llc.train_batch_size or (n if n <= 4096 else 512)
             passes.append(AUTOGRAD * min(train_points, n) * width)
+    sums = 0
+    if "predictive" in spec.observables and f.classes:
+        numbers = sum(f.widths)
+        held = min(chains * f.n_test * numbers, max(predictive.NUMBERS_PER_PASS, chains * numbers))
+        passes.append(held * 8)
+        subset = min(max(1, f.n_test // predictive.CURVATURE_FRACTION), predictive.CURVATURE_POINTS)
+        passes.append(2 * AUTOGRAD * predictive.CURVATURE_DRAWS * subset * width)
+        sums = chains * f.n_test * (f.classes + 1) * 8
     per_flush = AUTO_FLUSH_RECORDS if spec.flush_every == 0 else spec.flush_every // spec.thin + 1
     draws = max(records - math.ceil(spec.burn_in / spec.thin), 1)
     summary = 0
@@ -413,7 +458,7 @@ def estimate(spec: RunSpec) -> Estimate:
         diagnosed = diagnostics.diagnosed_chains(chains, draws)
         summary = 2 * chains * dim * 8 + diagnosed * draws * dim * itemsize
     parts = {
-        "state": 8 * chains * dim * itemsize,
+        "state": 8 * chains * dim * itemsize + sums,
         "data": f.floats * itemsize + f.other_bytes,
         "step": max(passes),
         "buffer": min(records, per_flush) * chains * (itemsize + 2 + itemsize * recorded),

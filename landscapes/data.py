@@ -1,14 +1,16 @@
 """Seeded datasets with a train/test split. Every dataset is a pure function of its arguments.
 
 Generated data (DLN, RRR, tanh, polynomial, two clusters, moons) draws the training and the test
-set from the same law; the test set has max(1, n // 4) points. The digits are sklearn's bundled
-8x8 images (no network access needed), scaled to [0, 1] and split 80/20 with the seed.
+set from the same law; the test set has max(1, n // 4) points and there is no validation set. The
+digits are sklearn's bundled 8x8 images (no network access needed), scaled to [0, 1] and split
+80/20 with the seed; with fewer than the 1437 training images, the images between the n used and
+the split are the validation set (reference 001 section 2.2: a train/val/test split).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -19,7 +21,9 @@ from .base import ParamError
 
 @dataclass
 class Dataset:
-    """Inputs ``x: [n, in]``; targets ``y``: [n, out] floats (regression) or [n] class indices."""
+    """Inputs ``x: [n, in]``; targets ``y``: [n, out] floats (regression) or [n] class indices.
+    ``x_val, y_val``: a validation set, disjoint from both (empty, [0, in] and [0, ...], when
+    the dataset has none)."""
 
     x: Tensor
     y: Tensor
@@ -27,6 +31,14 @@ class Dataset:
     y_test: Tensor
     task: str  # "regression" or "classification"
     classes: int | None = None
+    x_val: Tensor = field(default=None)  # type: ignore[assignment]  # None: empty (post_init)
+    y_val: Tensor = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.x_val is None:
+            self.x_val = self.x.new_zeros(0, *self.x.shape[1:])
+        if self.y_val is None:
+            self.y_val = self.y.new_zeros(0, *self.y.shape[1:])
 
     @property
     def n(self) -> int:
@@ -97,8 +109,9 @@ DIGITS_TRAIN = 1437  # 80% of sklearn's 1797 bundled 8x8 digit images
 
 
 def digits(n: int | None, seed: int) -> Dataset:
-    """sklearn's bundled digits (offline), pixels / 16, shuffled with ``seed``; ``n`` training
-    points (at most 1437) and the remaining 360 as the test set."""
+    """sklearn's bundled digits (offline), pixels / 16, shuffled with ``seed``: the first ``n``
+    images (at most 1437) train, the rest of the first 1437 validate (none when n = 1437) and
+    the last 360 test, so the test set does not depend on ``n``."""
     from sklearn.datasets import load_digits
 
     if n is not None and not 1 <= n <= DIGITS_TRAIN:
@@ -109,7 +122,14 @@ def digits(n: int | None, seed: int) -> Dataset:
     y = torch.as_tensor(y[order], dtype=torch.long)
     train = DIGITS_TRAIN if n is None else n
     return Dataset(
-        x[:train], y[:train], x[DIGITS_TRAIN:], y[DIGITS_TRAIN:], "classification", classes=10
+        x[:train],
+        y[:train],
+        x[DIGITS_TRAIN:],
+        y[DIGITS_TRAIN:],
+        "classification",
+        classes=10,
+        x_val=x[train:DIGITS_TRAIN],
+        y_val=y[train:DIGITS_TRAIN],
     )
 
 

@@ -46,6 +46,7 @@ class Network(Target):
         self.task, self.classes = dataset.task, dataset.classes
         self.x, self.y = dataset.x, dataset.y
         self.x_test, self.y_test = dataset.x_test, dataset.y_test
+        self.x_val, self.y_val = dataset.x_val, dataset.y_val  # empty where the data has none
         self.n = dataset.n
         self.nbeta = self.n / math.log(self.n) if self.n > 1 else 1.0
 
@@ -120,24 +121,34 @@ def network_facts(
     truth: bool = True,
     true_llc: tuple[float, int] | None = None,
     closed_form: bool = False,
+    n_val: int = 0,
+    nbeta: float | None = None,
 ) -> dict:
     """A network's facts (``landscapes.registry.facts`` says what each is) from its sizes:
     ``widths`` from input to output, ``labels`` for class indices as targets (int64, one a
     point), ``held`` the floats it keeps besides its data (w0, moments), ``truth`` whether it
     knows its true parameter w0, ``closed_form`` whether its full-data loss comes from the
-    data's moments (no pass over the points)."""
-    points, inputs = n + n_test, widths[0]
+    data's moments (no pass over the points), ``n_val`` its validation points, ``nbeta`` its
+    default n beta where not the LLC's n / log n (a Bayesian posterior's n).
+
+    Two facts besides those ``registry.facts`` lists: ``classes`` (the number of classes of a
+    classification network, None for regression) and ``n_test`` (its test points)."""
+    points, inputs = n + n_val + n_test, widths[0]
+    if nbeta is None:
+        nbeta = n / math.log(n) if n > 1 else 1.0
     return {
         "dim": dim,
         "n": n,
         "widths": tuple(widths),
-        "nbeta": n / math.log(n) if n > 1 else 1.0,
+        "nbeta": nbeta,
         "truth": truth,
         "true_llc": None if true_llc is None else true_llc[0],
         "multiplicity": None if true_llc is None else true_llc[1],
         "floats": points * (inputs + (0 if labels else widths[-1])) + held,
         "other_bytes": points * 8 if labels else 0,
         "closed_form": closed_form,
+        "classes": widths[-1] if labels else None,
+        "n_test": n_test,
     }
 
 
@@ -484,23 +495,112 @@ def equal_runs(values: list[float], most: int) -> list[tuple[int, int]]:
     return runs
 
 
+PRIORS = ("none", "gaussian", "horseshoe")
+PRIOR_WEIGHT_SCALE = 1.41  # sigma_w = 1.41 / sqrt(fan_in) (reference 001 section 2.2 [code])
+PRIOR_BIAS_STD = 1.0  # sigma_b
+HORSESHOE_START = math.log(math.e - 1)  # softplus^-1(1): every scale starts at lambda = 1
+LOG_2PI = math.log(2 * math.pi)
+
+
 class MLP(Network):
-    """Fully connected network; parameters named like torch.nn.Sequential of Linear layers."""
+    """Fully connected network; parameters named like torch.nn.Sequential of Linear layers.
+
+    With a ``prior`` (reference 001 section 2.2) the target is a Bayesian posterior at
+    temperature 1: nbeta = n, so U = n L + prior_energy = -log p(X, theta) (the energy includes
+    the prior's normalising constants, so it is that log density exactly). ``gaussian``: each
+    tensor t ~ N(0, sigma_t^2), sigma_t = 1.41 / sqrt(fan_in) for weights and 1 for biases.
+    ``horseshoe``: theta_t | lambda_t ~ N(0, (sigma_t lambda_t)^2), lambda_t ~ HalfCauchy(0, 1),
+    one scale per tensor, lambda_t = softplus(p_t); the p_t are sampled with theta, as entries
+    "prior.<tensor>" of shape (1,) after every layer tensor (the layers lead the flat vector:
+    ``forward`` and ``plane_loss`` read those alone), and their energy carries the softplus's
+    Jacobian: -log p(p_t) = log(pi / 2) + log(1 + lambda_t^2) - log sigmoid(p_t)."""
 
     def __init__(
-        self, name: str, hidden_sizes: Sequence[int], activation: str, dataset: datasets.Dataset
+        self,
+        name: str,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        dataset: datasets.Dataset,
+        prior: str = "none",
     ):
         sizes = [dataset.inputs, *hidden_sizes, dataset.outputs]
         layout = {}
         for l in range(len(sizes) - 1):
             layout[f"layers.{l}.weight"] = (sizes[l + 1], sizes[l])
             layout[f"layers.{l}.bias"] = (sizes[l + 1],)
+        self.layer_names = tuple(layout)
+        self.layer_sizes = tuple(math.prod(shape) for shape in layout.values())
+        self.layers_dim = sum(self.layer_sizes)
+        # sigma_t of each layer tensor: weights' fan_in is their shape's last axis
+        self.prior_stds = tuple(
+            PRIOR_WEIGHT_SCALE / math.sqrt(shape[1]) if len(shape) == 2 else PRIOR_BIAS_STD
+            for shape in layout.values()
+        )
+        if prior == "horseshoe":
+            layout.update({f"prior.{key}": (1,) for key in self.layer_names})
         super().__init__(name, layout, dataset)
-        self.sizes, self.activation = tuple(sizes), activation
+        self.sizes, self.activation, self.prior = tuple(sizes), activation, prior
+        if prior != "none":
+            self.nbeta = float(self.n)  # temperature 1: n x the mean loss is -log p(y | x, w)
+        # -log of the Gaussians' normalising constants (and the half-Cauchy's, 2 / pi each)
+        self._log_norm = sum(
+            m * (math.log(std) + 0.5 * LOG_2PI)
+            for m, std in zip(self.layer_sizes, self.prior_stds, strict=True)
+        )
+        if prior == "horseshoe":
+            self._log_norm += len(self.layer_names) * math.log(math.pi / 2)
+
+    @property
+    def has_prior(self) -> bool:
+        return self.prior != "none"
+
+    def prior_energy(self, w: Tensor) -> Tensor:
+        """Tensor[C]: -log p(theta) (gaussian) or -log p(theta, p) (horseshoe), exactly."""
+        if self.prior == "none":
+            return w.new_zeros(w.shape[0])
+        pieces = w[:, : self.layers_dim].split(self.layer_sizes, 1)
+        energy = w.new_full((w.shape[0],), self._log_norm)
+        if self.prior == "gaussian":
+            for piece, std in zip(pieces, self.prior_stds, strict=True):
+                energy = energy + 0.5 * (piece * piece).sum(-1) / std**2
+            return energy
+        p = w[:, self.layers_dim :]  # [C, T]
+        lam = F.softplus(p)
+        log_lam = torch.log(lam)
+        for t, (piece, std, m) in enumerate(
+            zip(pieces, self.prior_stds, self.layer_sizes, strict=True)
+        ):
+            var = std**2 * lam[:, t] ** 2
+            energy = energy + 0.5 * (piece * piece).sum(-1) / var + m * log_lam[:, t]
+        # -log sigmoid(p) = softplus(-p) (F.logsigmoid takes ~0.6 ms on a CPU, softplus ~2 us)
+        return energy + (torch.log1p(lam * lam) + F.softplus(-p)).sum(-1)
+
+    def prior_grad(self, w: Tensor) -> Tensor:
+        """Tensor[C, d]: the gradient of ``prior_energy``, analytic."""
+        if self.prior == "none":
+            return torch.zeros_like(w)
+        pieces = w[:, : self.layers_dim].split(self.layer_sizes, 1)
+        if self.prior == "gaussian":
+            stds = self.prior_stds
+            return torch.cat([q / std**2 for q, std in zip(pieces, stds, strict=True)], 1)
+        p = w[:, self.layers_dim :]
+        lam = F.softplus(p)
+        grads, dlam = [], []
+        for t, (piece, std, m) in enumerate(
+            zip(pieces, self.prior_stds, self.layer_sizes, strict=True)
+        ):
+            precision = 1.0 / (std**2 * lam[:, t] ** 2)  # [C]
+            grads.append(piece * precision[:, None])
+            # d/dlambda of S / (2 sigma^2 lambda^2) + m log lambda
+            dlam.append((m - (piece * piece).sum(-1) * precision) / lam[:, t])
+        dlam_total = torch.stack(dlam, 1) + 2 * lam / (1 + lam * lam)  # + d log(1 + lambda^2)
+        # dlambda/dp = sigmoid(p); d(-log sigmoid(p))/dp = -sigmoid(-p)
+        grads.append(torch.sigmoid(p) * dlam_total - torch.sigmoid(-p))
+        return torch.cat(grads, 1)
 
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         act = ACTIVATIONS[self.activation]
-        tensors = list(params.values())
+        tensors = [params[key] for key in self.layer_names]  # not a horseshoe's scales
         h = torch.transpose(x, -1, -2)  # features first (module doc)
         for l in range(0, len(tensors), 2):
             h = torch.matmul(tensors[l], h) + tensors[l + 1][:, :, None]
@@ -523,7 +623,8 @@ class MLP(Network):
         first = self.unflatten(torch.stack([theta, vectors[0], vectors[1]]))
         weight0, bias0 = first["layers.0.weight"], first["layers.0.bias"]  # [3, ...] each
         head = (self.sizes[0] + 1) * self.sizes[1]  # the first layer leads the flat vector
-        shapes = list(self.layout.values())[2:]
+        stop = self.layers_dim  # a horseshoe's scales follow the layers: no part of the loss
+        shapes = list(self.layout.values())[2 : len(self.layer_names)]
         sizes = [math.prod(shape) for shape in shapes]
         ab = torch.stack([a, b], 1)
         coords = a.tolist()  # one host read; each row's a is a scalar
@@ -542,7 +643,7 @@ class MLP(Network):
             for start, end in rows:
                 m = end - start
                 # the later layers' parameters at these points, [m, ...] each
-                later = torch.addmm(theta[head:], ab[start:end], vectors[:, head:])
+                later = torch.addmm(theta[head:stop], ab[start:end], vectors[:, head:stop])
                 tail = [
                     part.reshape(m, *shape)
                     for part, shape in zip(later.split(sizes, 1), shapes, strict=True)
@@ -559,7 +660,11 @@ class MLP(Network):
         return total / self.n
 
     def initial(self, generator: torch.Generator, chains: int) -> Tensor:
-        """torch.nn.Linear's default: weights and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+        """torch.nn.Linear's default: weights and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+        with a prior, He's (reference 001): weights ~ N(0, 2 / fan_in), biases 0 and a
+        horseshoe's scales at lambda = 1."""
+        if self.prior != "none":
+            return self._he_initial(generator, chains)
         parts = []
         for fan_in, fan_out in zip(self.sizes[:-1], self.sizes[1:], strict=True):
             u = torch.rand(
@@ -572,6 +677,17 @@ class MLP(Network):
             parts.append((2 * u - 1) / math.sqrt(fan_in))
         return torch.cat(parts, -1)
 
+    def _he_initial(self, generator: torch.Generator, chains: int) -> Tensor:
+        like = {"device": generator.device, "dtype": self.dtype}
+        parts = []
+        for fan_in, fan_out in zip(self.sizes[:-1], self.sizes[1:], strict=True):
+            weight = torch.randn(chains, fan_out * fan_in, generator=generator, **like)
+            parts += [weight * math.sqrt(2.0 / fan_in), torch.zeros(chains, fan_out, **like)]
+        scales = self.dim - self.layers_dim
+        if scales:
+            parts.append(torch.full((chains, scales), HORSESHOE_START, **like))
+        return torch.cat(parts, -1)
+
 
 def mlp_facts(
     dataset: str,
@@ -580,6 +696,7 @@ def mlp_facts(
     n: int | None,
     seed: int,
     name: str = "mlp",
+    prior: str = "none",
 ) -> dict:
     """Facts of an MLP; its dataset's shapes from a one-point draw of it."""
     build, default_n, _ = datasets.DATASETS[dataset]
@@ -593,9 +710,13 @@ def mlp_facts(
     check_data_size(name, n, one.inputs + (1 if labels else one.outputs))
     sizes = (one.inputs, *hidden_sizes, one.outputs)
     dim = sum((a + 1) * b for a, b in itertools.pairwise(sizes))
+    if prior == "horseshoe":
+        dim += 2 * (len(sizes) - 1)  # a scale per weight and per bias
     check_dim(name, "hidden_sizes", dim)
     tests = len(one.y_test) if dataset == "digits" else datasets.n_test(n)  # digits: fixed 360
-    return network_facts(dim, n, tests, sizes, labels=labels, truth=False)
+    val = datasets.DIGITS_TRAIN - n if dataset == "digits" else 0  # the rest of the 1437
+    nbeta = None if prior == "none" else float(n)
+    return network_facts(dim, n, tests, sizes, labels=labels, truth=False, n_val=val, nbeta=nbeta)
 
 
 def make_mlp(
@@ -605,8 +726,9 @@ def make_mlp(
     n: int | None,
     seed: int,
     name: str = "mlp",
+    prior: str = "none",
 ) -> MLP:
-    mlp_facts(dataset, hidden_sizes, activation, n, seed, name)
+    mlp_facts(dataset, hidden_sizes, activation, n, seed, name, prior)
     build, _, _ = datasets.DATASETS[dataset]
     data = build(n, seed)
-    return MLP(name, hidden_sizes, activation, data)
+    return MLP(name, hidden_sizes, activation, data, prior)

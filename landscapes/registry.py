@@ -15,6 +15,7 @@ from .base import Param, ParamError, Spec, TargetSpec
 from .data import DATASETS
 from .formula import MAX_DIM
 from .networks import (
+    PRIORS,
     SIZE_CLASSES,
     dln_facts,
     make_dln,
@@ -301,7 +302,8 @@ SPECS = [
         "mlp",
         "network",
         "Multilayer perceptron on a dataset: mean cross-entropy for classes; for regression "
-        "data, " + SQUARED,
+        "data, " + SQUARED + " With a prior, the Bayesian posterior at temperature 1 "
+        "(nbeta = n, He initialisation).",
         P001,
         [
             Param(
@@ -321,6 +323,15 @@ SPECS = [
             ),
             n_param(None, optional=True),
             SEED,
+            Param(
+                "prior",
+                "choice",
+                "none",
+                "Bayesian prior (reference 001): none, gaussian (sigma_w = 1.41/sqrt(fan_in), "
+                "sigma_b = 1) or horseshoe (per-tensor scale lambda ~ HalfCauchy(0, 1), sampled "
+                "jointly)",
+                choices=PRIORS,
+            ),
         ],
         make_mlp,
     ),

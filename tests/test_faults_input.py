@@ -150,6 +150,9 @@ SMALL = [
     ("mlp", {"hidden_sizes": (7, 3), "n": 100}),
     ("mlp", {"dataset": "moons", "hidden_sizes": (5,), "n": 37}),
     ("mlp", {"dataset": "two-clusters", "hidden_sizes": (), "n": 21}),
+    ("mlp", {"hidden_sizes": (7, 3), "n": 100, "prior": "horseshoe"}),  # + a scale per tensor
+    ("mlp", {"dataset": "moons", "hidden_sizes": (5,), "n": 37, "prior": "gaussian"}),
+    ("mlp", {"hidden_sizes": (4,), "n": 1077}),  # digits: 360 validation images held too
     ("slp", {}),
     ("slp", {"dataset": "digits", "n": 10}),
     ("banana", {}),
@@ -179,6 +182,11 @@ def test_facts_equal_what_the_built_target_holds(name, params):
         assert tuple(got["widths"]) == target.widths
     if hasattr(target, "sizes"):  # an MLP: its layer sizes, input to output
         assert tuple(got["widths"]) == target.sizes
+        assert got["nbeta"] == (target.n if target.has_prior else target.n / math.log(target.n))
+    if "task" in vars(target):  # networks: their classes and test points too
+        labels = target.task == "classification"
+        assert got["classes"] == (target.classes if labels else None)
+        assert got["n_test"] == len(target.y_test)
 
 
 def test_facts_of_the_largest_class_come_from_arithmetic_alone():

@@ -10,6 +10,7 @@ with fixed seeds the outcome is deterministic anyway)."""
 import functools
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,11 @@ NETWORKS = {  # test key -> (registry name, parameters); small sizes keep the fi
         for act in ACTIVATION_CHOICES
     },
     **{f"slp-{ds}": ("slp", {"dataset": ds, "n": 200, "seed": 8}) for ds in DATASETS},
+    # a horseshoe's scales follow the layers in the flat vector; the loss reads the layers alone
+    "mlp-digits-horseshoe": (
+        "mlp",
+        {"dataset": "digits", "hidden_sizes": (5,), "n": 200, "seed": 9, "prior": "horseshoe"},
+    ),
 }
 
 ACTIVATION_MODULES = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU}
@@ -101,7 +107,9 @@ def sequential(target, w: torch.Tensor) -> nn.Sequential:
         if l + 2 < len(sizes):
             modules.append(act())
     model = nn.Sequential(*modules).double()
-    flat = iter(split(target, w))
+    # the layers' tensors: a horseshoe's scales ("prior.<tensor>") are no part of the model
+    parts = zip(target.layout, split(target, w), strict=True)
+    flat = iter(p for k, p in parts if not k.startswith("prior."))
     with torch.no_grad():
         for module in model:
             if isinstance(module, nn.Linear):
@@ -492,3 +500,139 @@ def test_test_loss_shape(key):
         values = target.test_loss(positions(target, chains=chains))
         assert values.shape == (chains,) and values.dtype == torch.float64
         assert torch.isfinite(values).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bayesian priors on the MLP (reference 001, section 2.2) and the digits' validation split.
+
+PRIOR_PARAMS = {"dataset": "digits", "hidden_sizes": (6, 5), "n": 300, "seed": 3}
+
+
+def prior_target(prior: str):
+    return landscapes.make("mlp", device="cpu", dtype="float64", prior=prior, **PRIOR_PARAMS)
+
+
+def random_prior_point(target, chains: int = 3, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return 0.4 * torch.randn(chains, target.dim, generator=g, dtype=torch.float64)
+
+
+def layer_sigmas(target) -> list[float]:
+    """sigma_w = 1.41 / sqrt(fan_in) (fan_in: a weight's columns), sigma_b = 1: from the
+    layout's shapes, as reference 001's code scales them."""
+    return [1.41 / math.sqrt(s[1]) if len(s) == 2 else 1.0 for s in target.layout.values()]
+
+
+def direct_log_prior(target, w: torch.Tensor) -> torch.Tensor:
+    """log p(theta) (gaussian) or log p(theta, p) (horseshoe) of each chain, from
+    torch.distributions: N(0, sigma^2 lambda^2) per tensor, lambda = softplus(p) ~
+    HalfCauchy(0, 1), and the change of variables' log dlambda/dp = log sigmoid(p)."""
+    layers = [k for k in target.layout if not k.startswith("prior.")]
+    out = []
+    for c in range(w.shape[0]):
+        parts = dict(zip(target.layout, split(target, w[c]), strict=True))
+        total = torch.zeros((), dtype=torch.float64)
+        for name, sigma in zip(layers, layer_sigmas(target), strict=False):
+            scale = torch.tensor(sigma, dtype=torch.float64)
+            if target.prior == "horseshoe":
+                p = parts[f"prior.{name}"][0]
+                lam = F.softplus(p)
+                scale = scale * lam
+                one = torch.tensor(1.0, dtype=torch.float64)  # a float scale casts lam to float32
+                total = total + torch.distributions.HalfCauchy(one).log_prob(lam)
+                total = total + torch.log(torch.sigmoid(p))
+            total = total + torch.distributions.Normal(0.0, scale).log_prob(parts[name]).sum()
+        out.append(total)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("prior", ["gaussian", "horseshoe"])
+def test_prior_energy_is_minus_the_log_prior_and_its_gradient_is_autograds(prior):
+    target = prior_target(prior)
+    assert target.has_prior and target.nbeta == target.n  # temperature 1: U = -log p(X, theta)
+    w = random_prior_point(target)
+    if prior == "horseshoe":  # the scales' entries lead to lambda in about (0.2, 2)
+        w[:, target.layers_dim :] = torch.randn(3, target.dim - target.layers_dim).double()
+    energy = target.prior_energy(w)
+    torch.testing.assert_close(energy, -direct_log_prior(target, w), rtol=1e-12, atol=1e-10)
+    x = w.clone().requires_grad_(True)
+    (auto,) = torch.autograd.grad(target.prior_energy(x).sum(), x)
+    torch.testing.assert_close(target.prior_grad(w), auto, rtol=1e-10, atol=1e-10)
+    # the loss (the likelihood's part) never reads a horseshoe's scales
+    grad = target.grad(w)
+    assert torch.equal(grad[:, target.layers_dim :], torch.zeros_like(grad[:, target.layers_dim :]))
+
+
+def test_horseshoe_scales_follow_every_layer_tensor():
+    target = prior_target("horseshoe")
+    names = list(target.layout)
+    layers = [k for k in names if not k.startswith("prior.")]
+    assert names == layers + [f"prior.{k}" for k in layers]  # weights AND biases, at the end
+    assert all(target.layout[f"prior.{k}"] == (1,) for k in layers)
+    assert target.dim == prior_target("gaussian").dim + len(layers)
+    # the first layer still leads the flat vector: the plane's loss equals a pass per point
+    g = torch.Generator().manual_seed(4)
+    theta = random_prior_point(target, 1)[0]
+    vectors = torch.randn(2, target.dim, generator=g, dtype=torch.float64) * 0.1
+    a = torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64)
+    b = torch.tensor([0.5, 0.0, -0.5], dtype=torch.float64)
+    points = theta + a[:, None] * vectors[0] + b[:, None] * vectors[1]
+    torch.testing.assert_close(target.plane_loss(theta, vectors, a, b, 2), target.full_loss(points))
+
+
+@pytest.mark.parametrize("prior", ["gaussian", "horseshoe"])
+def test_he_initialisation_moments(prior):
+    target = landscapes.make(
+        "mlp", device="cpu", dtype="float64", prior=prior, dataset="digits", hidden_sizes=(32,)
+    )
+    w = target.initial(torch.Generator().manual_seed(5), 200)
+    start = 0
+    for name, shape in target.layout.items():
+        x = w[:, start : start + math.prod(shape)].reshape(-1)  # the tensor's entries, all chains
+        start += math.prod(shape)
+        if name.startswith("prior."):  # lambda = softplus(p) = 1
+            torch.testing.assert_close(F.softplus(x), torch.ones_like(x), rtol=1e-15, atol=0)
+        elif len(shape) == 1:
+            assert torch.equal(x, torch.zeros_like(x))  # biases 0
+        else:  # N(0, 2 / fan_in): mean and variance within 4 standard errors
+            var, m = 2.0 / shape[1], x.numel()
+            assert abs(float(x.mean())) < 4 * math.sqrt(var / m), name
+            assert abs(float(x.var()) - var) < 4 * var * math.sqrt(2 / (m - 1)), name
+
+
+def test_no_prior_is_todays_target():
+    target = prior_target("none")
+    assert not target.has_prior and target.nbeta == pytest.approx(300 / math.log(300))
+    w = random_prior_point(target)
+    assert torch.equal(target.prior_energy(w), torch.zeros(3, dtype=torch.float64))
+    assert torch.equal(target.prior_grad(w), torch.zeros_like(w))
+    # torch.nn.Linear's default start, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), layer by layer
+    g = torch.Generator().manual_seed(6)
+    start = target.initial(g, 2)
+    g.manual_seed(6)
+    parts = []
+    for fan_in, fan_out in ((64, 6), (6, 5), (5, 10)):
+        u = torch.rand(2, (fan_in + 1) * fan_out, generator=g, dtype=torch.float64)
+        parts.append((2 * u - 1) / math.sqrt(fan_in))
+    assert torch.equal(start, torch.cat(parts, 1))
+
+
+def sorted_rows(a: np.ndarray) -> np.ndarray:
+    return a[np.lexsort(a.T[::-1])]
+
+
+def test_digits_validation_split_partitions_the_images():
+    from sklearn.datasets import load_digits
+
+    target = landscapes.make("mlp", device="cpu", dtype="float64", dataset="digits", n=1077)
+    assert (len(target.y), len(target.y_val), len(target.y_test)) == (1077, 360, 360)
+    sets = [(target.x, target.y), (target.x_val, target.y_val), (target.x_test, target.y_test)]
+    rows = torch.cat([torch.cat([x, y[:, None].double()], 1) for x, y in sets]).numpy()
+    x, y = load_digits(return_X_y=True)
+    every = torch.cat([torch.as_tensor(x / 16.0), torch.as_tensor(y)[:, None].double()], 1)
+    # the three sets together are the 1797 images, each once: equal as sorted multisets of rows
+    np.testing.assert_array_equal(sorted_rows(rows), sorted_rows(every.numpy()))
+    whole = landscapes.make("mlp", device="cpu", dtype="float64", dataset="digits")
+    assert len(whole.y_val) == 0 and whole.x_val.shape == (0, 64)  # today's split, unchanged
+    assert torch.equal(whole.x_test, target.x_test)  # the test set does not depend on n
+    assert torch.equal(whole.x[:1077], target.x) and torch.equal(whole.x[1077:], target.x_val)

@@ -251,6 +251,30 @@ def test_softplus_funnel_moments():
     assert_mean((x1 - 2) ** 2, sp, "Var x")
 
 
+def test_softplus_funnel_x_marginal_and_cdf_against_exact_draws():
+    """p(x) has a cusp at mu = 2 (6% of the mass within 1e-3 of it), so it is integrated on
+    x = 2 +- e^u: mass 1, variance E softplus(v) = 3.6406 (reference 001), and its CDF, which
+    must agree with the integrated density, passes KS against exact draws."""
+    target = build("softplus-funnel")
+    u = torch.linspace(-60, math.log(70), 20_001, dtype=torch.float64)
+    logpdf = target.marginals[0]
+    sides = [torch.exp(logpdf(2 + s * torch.exp(u)) + u) for s in (1, -1)]  # p(x) dx/du
+    assert sum(torch.trapezoid(f, u).item() for f in sides) == pytest.approx(1.0, abs=1e-6)
+    var = sum(torch.trapezoid(f * torch.exp(2 * u), u).item() for f in sides)
+    assert var == pytest.approx(3.6406, abs=2e-4)
+    right = torch.cumulative_trapezoid(sides[0], u)  # P(2 < x <= 2 + e^u)
+    np.testing.assert_allclose(target.x_cdf(2 + torch.exp(u[1:])), 0.5 + right, atol=1e-6)
+    near = torch.exp(torch.linspace(-30, 0, 2001, dtype=torch.float64))  # the cusp, resolved
+    far = torch.linspace(-40, 44, 4001, dtype=torch.float64)
+    grid = torch.cat([far, 2 + near, 2 - near]).sort().values
+    cdf = target.x_cdf(grid).numpy()
+    x = draws(target, 200_000)[:, 0].numpy()
+    assert stats.kstest(x, lambda t: np.interp(t, grid.numpy(), cdf)).pvalue > 1e-3
+    wide = build("softplus-funnel-4d")  # every x_i has that law
+    assert set(wide.marginals) == {0, 1, 2, 3}
+    assert torch.equal(wide.marginals[2](grid[:5]), logpdf(grid[:5]))
+
+
 def test_banana_moments():
     # x0 = a y0, so E x0 = 0, Var x0 = a^2; E x1 = (E y1 - a b (E x0^2 + a^2)) / a = 0.4.
     x = draws(build("banana"))
@@ -309,7 +333,13 @@ def test_histogram_of_exact_draws_matches_normalised_density(key):
 
 @pytest.mark.parametrize(
     ("key", "index"),
-    [("funnel", 4), ("softplus-funnel", 1), ("gaussian", 0), ("gaussian", 2), ("mixture", 1)],
+    [
+        ("funnel", 4),
+        ("softplus-funnel", 1),
+        ("gaussian", 0),
+        ("gaussian", 2),
+        ("mixture", 1),
+    ],
 )
 def test_marginal_log_density_integrates_to_one_and_matches_draws(key, index):
     target = build(key)

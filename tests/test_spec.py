@@ -68,7 +68,11 @@ BAD = [
         "compile",
         ["one of ['auto', 'always', 'never']", "got 'sometimes'"],
     ),
-    (spec_with(observables=["lcc"]), "observables", ["names from ['llc']", "got 'lcc'"]),
+    (
+        spec_with(observables=["lcc"]),
+        "observables",
+        ["names from ['llc', 'predictive']", "got 'lcc'"],
+    ),
     (spec_with(colour="red"), "colour", ["unknown field", "'chains'", "'flush_every'"]),
     (
         spec_with(record={"positions": "sometimes"}),
