@@ -74,6 +74,8 @@ def execute(
     est = estimate(spec)
     generator = torch.Generator(device=device).manual_seed(spec.seed)
     start = target.initial(generator, spec.chains)
+    if spec.start is not None:
+        start = torch.tensor(spec.start, dtype=start.dtype, device=device).expand_as(start).clone()
     observers = {
         name: OBSERVERS[name](spec, target, kernel, store, run_id) for name in spec.observables
     }

@@ -48,6 +48,7 @@ GiB = 2**30
 # is a few hundred bytes; its deepest value, a list in a parameter, is 4 levels down).
 MAX_SPEC_BYTES = 2**20
 MAX_SPEC_DEPTH = 20
+MAX_START = 2000  # a start position is typed: at most a potential's largest d
 
 
 class SpecError(ValueError):
@@ -129,6 +130,9 @@ class RunSpec(_Model):
     # before the first whole block; "never" steps eagerly. Both paths read the same draws, so
     # the run is the same to float rounding. The summary's "compiled" says which ran.
     compile: Literal["auto", "always", "never"] = "auto"
+    # Where every chain starts (d numbers); None: the target's start (its w0, else N(0, I)
+    # draws for potentials, the network's initialisation).
+    start: list[float] | None = Field(None, max_length=MAX_START)
 
     @model_validator(mode="after")
     def _check(self) -> RunSpec:
@@ -168,7 +172,24 @@ class RunSpec(_Model):
                 raise _fail(*_param_error(exc, role, part.name)) from None
         if "predictive" in self.observables:
             self._check_predictive()
+        if self.start is not None:
+            self._check_start()
         return self
+
+    def _check_start(self) -> None:
+        name = self.target.name
+        try:
+            dim = _target_facts(name, json.dumps(self.target.params, sort_keys=True)).dim
+        except ParamError as exc:
+            raise _fail(*_param_error(exc, "target", name)) from None
+        if len(self.start) != dim or not all(math.isfinite(x) for x in self.start):
+            raise _fail("start", f"must be {dim} finite numbers (the target's d), got {self.start}")
+        if self.observables:
+            raise _fail(
+                "start",
+                f"cannot be set with observables {self.observables}: they "
+                "choose where the chains start (an LLC's w0)",
+            )
 
     def _check_predictive(self) -> None:
         """The "predictive" observable needs a classification network: from the target's facts,

@@ -1,0 +1,83 @@
+"""Reference 001's funnel experiment: its protocol as RunSpecs, the tail statistics of the neck v,
+and the paper's reproduced values to put beside them. Shared by the Funnel page, the CLI's
+benchmark (``python -m bench sgrld``) and the tests.
+
+The target is the softplus funnel (mu = 2, sigma^2 = 80) with N(0, 1) noise added to the
+gradient; every metric starts at (1, 1) with the paper's step size and settings (section 2.1).
+The paper ran one chain for 2e6 steps; 32 chains x 2e5 steps with a 10% burn-in reproduce its
+statistics (reference 001, "vectorised re-implementation").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+TARGET = {"name": "softplus-funnel", "params": {"gradient_noise": 1.0}}
+START = (1.0, 1.0)
+SIGMA2 = 80.0
+# metric -> the paper's sampler parameters (the rest are the metric's defaults: its decay and
+# epsilon for potentials, as reference 001 section 2.1 gives them)
+PROTOCOL: dict[str, dict] = {
+    "identity": {"metric": "identity", "step_size": 0.001},
+    "rmsprop": {"metric": "rmsprop", "step_size": 0.0025},
+    "monge": {"metric": "monge", "step_size": 0.003, "alpha2": 0.1},
+    "shampoo": {"metric": "shampoo", "step_size": 0.003},
+}
+CHAINS, STEPS, BURN_FRACTION = 32, 200_000, 0.1
+
+COLUMNS = ("v sd", "v q01", "v min", "P(v<-5)", "P(v<-10)", "KS vs N(0,80)", "θ1 sd")
+# Reference 001 section 2.1 [reproduced]: the authors' code, one chain x 2e6 steps.
+TRUTH = {
+    "v sd": math.sqrt(SIGMA2),
+    "v q01": stats.norm.ppf(0.01, 0, math.sqrt(SIGMA2)),
+    "v min": None,
+    "P(v<-5)": stats.norm.cdf(-5, 0, math.sqrt(SIGMA2)),
+    "P(v<-10)": stats.norm.cdf(-10, 0, math.sqrt(SIGMA2)),
+    "KS vs N(0,80)": 0.0,
+    "θ1 sd": 1.908,
+}
+REFERENCE = {
+    "identity": (6.26, -6.99, -8.06, 0.088, 0.000, 0.211, 1.71),
+    "rmsprop": (7.76, -13.24, -15.45, 0.219, 0.051, 0.083, 1.85),
+    "monge": (8.48, -18.74, -26.08, 0.196, 0.063, 0.093, 2.07),
+    "shampoo": (7.69, -12.81, -14.19, 0.306, 0.068, 0.091, 1.52),
+}
+# The figure's scatter: log p contour levels and axes (theta_1 across, v up).
+CONTOURS = (-10.0, -7.5, -5.0, -2.5)
+X_RANGE, V_RANGE = (-5.0, 9.0), (-25.0, 25.0)
+V_BINS = 30
+
+
+def spec(metric: str, chains: int = CHAINS, steps: int = STEPS, seed: int = 1, **extra) -> dict:
+    """The RunSpec (as a dict) of ``metric`` under the paper's protocol."""
+    return {
+        "target": TARGET,
+        "sampler": {"name": "sgrld", "params": {**PROTOCOL[metric], **extra}},
+        "chains": chains,
+        "steps": steps,
+        "burn_in": int(steps * BURN_FRACTION),
+        "seed": seed,
+        "start": list(START),
+    }
+
+
+def tails(v: np.ndarray, theta1: np.ndarray) -> dict[str, float]:
+    """The reference table's columns of draws of v and theta_1 (any shapes, pooled)."""
+    v, theta1 = np.ravel(v), np.ravel(theta1)
+    v, theta1 = v[np.isfinite(v)], theta1[np.isfinite(theta1)]
+    if not len(v):
+        return dict.fromkeys(COLUMNS)
+    ks = stats.kstest(v, stats.norm(0, math.sqrt(SIGMA2)).cdf).statistic
+    values = (
+        v.std(),
+        np.quantile(v, 0.01),
+        v.min(),
+        np.mean(v < -5),
+        np.mean(v < -10),
+        ks,
+        theta1.std() if len(theta1) else None,
+    )
+    return {k: None if x is None else float(x) for k, x in zip(COLUMNS, values, strict=True)}
