@@ -59,7 +59,11 @@ class SGRLDState(State):
 
 
 def inverse_root(h: Tensor, power: float, epsilon: float) -> Tensor:
-    """H^-power of symmetric PSD matrices [..., n, n] by eigh, with the ridge epsilon lambda_max."""
+    """H^-power of symmetric PSD matrices [..., n, n] by eigh, with the ridge epsilon lambda_max.
+    A diverged chain's H (NaN/Inf, which eigh refuses for the whole batch) is replaced by I:
+    its chain is frozen and flagged anyway (``samplers.base.contain``)."""
+    finite = torch.isfinite(h).flatten(-2).all(-1)[..., None, None]
+    h = torch.where(finite, h, torch.eye(h.shape[-1], dtype=h.dtype, device=h.device))
     lam, q = torch.linalg.eigh(h)
     tiny = torch.finfo(h.dtype).tiny
     lam = lam.clamp_min(0) + epsilon * lam[..., -1:].clamp_min(tiny)

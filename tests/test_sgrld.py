@@ -275,6 +275,26 @@ def test_the_funnel_finding_identity_misses_the_neck_and_the_others_reach_part_w
     assert all(runs["monge"]["min"] < run["min"] for m, run in runs.items() if m != "monge")
 
 
+@pytest.mark.parametrize("metric", ["rmsprop", "wenzel", "monge", "shampoo"])
+def test_a_nan_chain_is_frozen_and_the_others_are_untouched_in_every_metric(metric):
+    """On a network, where shampoo's Kronecker factors of a NaN chain would make eigh refuse
+    the whole batch, and wenzel's layer scales mix a chain's coordinates."""
+    target = landscapes.make("mlp", dataset="moons", hidden_sizes=(4,), device="cpu",
+                             dtype="float64")  # fmt: skip
+    kernel = samplers.make("sgrld", metric=metric, step_size=1e-3, batch_size=16, update_every=2)
+    x0 = target.initial(gen(0), 4)
+    runs = []
+    for poison in (False, True):
+        g = gen(1)
+        state = kernel.init(x0, target, g)
+        if poison:
+            state.position[2, 1] = math.nan
+        runs.append(kernel.run(state, target, g, 6))
+    (clean, _), (dirty, info) = runs
+    assert info.diverged[:, 2].all() and not info.diverged[:, [0, 1, 3]].any()
+    assert torch.equal(dirty.position[[0, 1, 3]], clean.position[[0, 1, 3]])
+
+
 def test_update_every_refreshes_shampoo_roots_only_on_schedule():
     target = landscapes.make("mlp", dataset="moons", hidden_sizes=(3,), device="cpu")
     kernel = samplers.make("sgrld", metric="shampoo", update_every=3, batch_size=16)
