@@ -9,6 +9,7 @@
     python -m bench surface [--repeats 5] [--quick] [--no-record]
     python -m bench app [--repeats 5] [--quick] [--no-record]
     python -m bench faults [--no-record]    # issue 38's bad inputs and faults: the census
+    python -m bench sgrld [--repeats 5] [--quick] [--no-record]  # reference 001's metrics
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
 chain counts in turn (Basin and peer at the first count, then at the next, ...), ``--repeats``
@@ -466,6 +467,30 @@ def faults_bench(args: argparse.Namespace) -> None:
     )
 
 
+def sgrld_bench(args: argparse.Namespace) -> None:
+    from . import sgrld
+
+    lines = sgrld.run(args.repeats, args.quick)
+    if args.no_record or args.quick:
+        print("(not recorded: --no-record or --quick)")
+        return
+    record(
+        [
+            "",
+            f"## {now()}: sgrld",
+            "",
+            f"`python -m bench {shlex.join(sys.argv[1:])}`: reference 001's SGRLD metrics "
+            "(bench/sgrld.py). Goals (issue 39): Monge within 1.3x of identity's time a step, "
+            "Shampoo within 2.5x; the 32 x 2e5 funnel reproduction under 60 s a metric.",
+            "",
+            machine(f"torch {__import__('torch').__version__}, CPU"),
+            "",
+            *lines,
+            "",
+        ]
+    )
+
+
 def live_bench(args: argparse.Namespace) -> None:
     from . import live as bench_live
 
@@ -545,6 +570,10 @@ def main() -> None:
     app.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     faults = sub.add_parser("faults", help="issue 38's bad inputs and faults through the CLI")
     faults.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    sgrld = sub.add_parser("sgrld", help="SGRLD metrics: speed, the funnel and digits tables")
+    sgrld.add_argument("--repeats", type=int, default=5)
+    sgrld.add_argument("--quick", action="store_true", help="short runs, not recorded")
+    sgrld.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     live = sub.add_parser("live", help="submit to first records, and gaps while compiling")
     live.add_argument("--repeats", type=int, default=3)
     live.add_argument("--steps", type=int, default=20_000)
@@ -553,6 +582,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "faults":
         return faults_bench(args)
+    if args.command == "sgrld":
+        return sgrld_bench(args)
     if args.command == "live":
         live_bench(args)
     elif args.command == "app":

@@ -28,6 +28,13 @@ PROTOCOL: dict[str, dict] = {
 }
 CHAINS, STEPS, BURN_FRACTION = 32, 200_000, 0.1
 
+
+def parameters(metric: str) -> dict:
+    """The paper's sampler parameters for ``metric``; wenzel, which the paper did not run on
+    the funnel, gets identity's step (and its own defaults)."""
+    return PROTOCOL.get(metric, {"metric": metric, "step_size": PROTOCOL["identity"]["step_size"]})
+
+
 COLUMNS = ("v sd", "v q01", "v min", "P(v<-5)", "P(v<-10)", "KS vs N(0,80)", "θ1 sd")
 # Reference 001 section 2.1 [reproduced]: the authors' code, one chain x 2e6 steps.
 TRUTH = {
@@ -55,7 +62,7 @@ def spec(metric: str, chains: int = CHAINS, steps: int = STEPS, seed: int = 1, *
     """The RunSpec (as a dict) of ``metric`` under the paper's protocol."""
     return {
         "target": TARGET,
-        "sampler": {"name": "sgrld", "params": {**PROTOCOL[metric], **extra}},
+        "sampler": {"name": "sgrld", "params": {**parameters(metric), **extra}},
         "chains": chains,
         "steps": steps,
         "burn_in": int(steps * BURN_FRACTION),
