@@ -182,11 +182,12 @@ class SGRLD(Kernel):
         v = decay * state.stat + (1 - decay) * g * g
         scale = state.scale
         if self._refresh(state, every):
-            parts = target.unflatten(v)  # sigma_l per parameter tensor, over the smallest
-            sigma = torch.stack([(eps + p.flatten(1).mean(1)).sqrt() for p in parts.values()], 1)
-            sigma = sigma / sigma.min(1, keepdim=True).values
-            sizes = [math.prod(s) for s in target.layout.values()]
-            scale = torch.repeat_interleave(sigma, torch.tensor(sizes, device=g.device), dim=1)
+            parts = list(target.unflatten(v).values())  # sigma_l per tensor, over the least
+            sigma = [(eps + p.flatten(1).mean(1, keepdim=True)).sqrt() for p in parts]
+            least = torch.cat(sigma, 1).min(1, keepdim=True).values
+            scale = torch.cat(
+                [(s / least).expand(-1, p[0].numel()) for s, p in zip(sigma, parts, strict=True)], 1
+            )
         return replace(state, stat=v, scale=scale), g / scale, xi / scale.sqrt()
 
     def _monge(self, state, target, g, xi):
