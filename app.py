@@ -16,6 +16,7 @@ PAGES = [
         "views/playground.py", title="Playground", icon=":material/scatter_plot:", default=True
     ),
     st.Page("views/compare.py", title="Compare", icon=":material/compare:"),
+    st.Page("views/funnel.py", title="Funnel", icon=":material/filter_alt:"),
     st.Page("views/networks.py", title="Networks & LLC", icon=":material/hub:"),
     st.Page("views/dln_benchmark.py", title="DLN benchmark", icon=":material/leaderboard:"),
     st.Page("views/landscape.py", title="Landscape", icon=":material/terrain:"),

@@ -1,5 +1,6 @@
 """Pure figure builders: arrays and dicts in, plotly Figures out (no Streamlit, no torch)."""
 
+from charts.funnel import funnel_figure, step_curve
 from charts.landscape import (
     SCALES,
     contour_figure,
@@ -45,6 +46,7 @@ __all__ += [
     "nan_fraction_figure",
     "order_preservation_figure",
 ]
+__all__ += ["funnel_figure", "step_curve"]
 __all__ += [
     "density_figure",
     "histogram_density",

@@ -108,6 +108,22 @@ def traces_csv(data: Mapping[str, np.ndarray], positions: bool = True) -> bytes:
     return buffer.getvalue().encode()
 
 
+SUSPECT = "background-color: rgba(214, 39, 40, 0.28)"  # reads on light and dark themes
+
+
+def highlighted(rows: list[dict], flags: list, digits: int = 3):
+    """``rows`` as a pandas Styler for st.dataframe: numbers to ``digits`` significant figures
+    in plain notation where it is short (0.0361, not 3.61e-2), and the cells named in ``flags``
+    (per row, the columns to mark) tinted."""
+    frame = pd.DataFrame(rows)
+
+    def tint(column: pd.Series) -> list[str]:
+        return [SUSPECT if column.name in flags[i] else "" for i in range(len(column))]
+
+    numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])]
+    return frame.style.apply(tint).format(f"{{:.{digits}g}}", subset=numeric, na_rep="–")
+
+
 def json_safe(value):
     """``value`` with non-finite floats as None: JSON has no NaN (a diverged run's R-hat)."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 import landscapes
+import samplers
 from landscapes import ParamError
 from samplers import diagnostics
 from samplers import llc as llc_math
@@ -95,9 +96,10 @@ def is_playground_run(spec: dict) -> bool:
     )
 
 
-def density_grid(target: landscapes.Target, nbeta: float, temperature: float) -> dict:
-    """-U = -(nbeta L + prior) / T on a GRID x GRID grid over the target's bounds."""
-    (x0, x1), (y0, y1) = target.bounds
+def density_grid(target: landscapes.Target, nbeta: float, temperature: float, bounds=None) -> dict:
+    """-U = -(nbeta L + prior) / T on a GRID x GRID grid over ``bounds`` (default: the
+    target's)."""
+    (x0, x1), (y0, y1) = target.bounds if bounds is None else bounds
     xs, ys = np.linspace(x0, x1, GRID), np.linspace(y0, y1, GRID)
     yy, xx = np.meshgrid(ys, xs, indexing="ij")
     w = torch.from_numpy(np.stack([xx.ravel(), yy.ravel()], -1))
@@ -312,7 +314,7 @@ def compare_row(record: RunRecord, data: dict, sample, exact, coord: int, label:
         ks = float(diagnostics.ks_distance(sample[..., coord].ravel(), exact[:, coord])[0])
     diverged = data.get("diverged")
     return {
-        "sampler": record.spec["sampler"]["name"],
+        "sampler": sampler_label(record.spec),
         "status": record.status,
         "step size": record.spec["sampler"]["params"].get("step_size"),
         "acceptance": summary.get("acceptance"),
@@ -333,11 +335,55 @@ def budget_key(spec: dict) -> str:
     return json.dumps({k: spec.get(k) for k in keep}, sort_keys=True)
 
 
+# Samplers whose runs are told apart by one parameter besides the name: Compare offers each
+# value as its own entry ("sgrld · monge") and labels runs with it.
+VARIANTS = {"sgrld": "metric"}
+
+
+def sampler_label(spec: dict) -> str:
+    """A run's sampler as the pages name it: "sgrld · monge" where the sampler has a variant
+    parameter (``VARIANTS``), else its name."""
+    name = spec["sampler"]["name"]
+    value = spec["sampler"].get("params", {}).get(VARIANTS.get(name, ""))
+    return f"{name} · {value}" if value is not None else name
+
+
+def sampler_entries() -> dict[str, tuple[str, dict]]:
+    """Compare's sampler choices, label -> (sampler, fixed parameters): every sampler of the
+    registry, a sampler with a variant parameter once per value ("sgrld · monge")."""
+    entries: dict[str, tuple[str, dict]] = {}
+    for name, spec in samplers.REGISTRY.items():
+        variant = VARIANTS.get(name)
+        for fixed in [{variant: v} for v in spec.param(variant).choices] if variant else [{}]:
+            entries[sampler_label({"sampler": {"name": name, "params": fixed}})] = (name, fixed)
+    return entries
+
+
+def run_labels(records) -> dict[str, str]:
+    """Run id -> ``sampler_label``, unique within ``records``: a label two runs share gets
+    each run's id appended (two clicks of Run all within GROUP_SECONDS make one group)."""
+    labels = {r.id: sampler_label(r.spec) for r in records}
+    counts = {label: list(labels.values()).count(label) for label in labels.values()}
+    return {i: f"{label} ({i})" if counts[label] > 1 else label for i, label in labels.items()}
+
+
 def comparisons(runs: list) -> list[list]:
-    """Runs created together (one Run click) on one target and budget, newest group first."""
+    """Runs created together (one Run click) on one potential and budget, without observables,
+    of at least two samplers (``sampler_label``), newest group first."""
+
+    def keep(spec: dict) -> bool:
+        return spec["target"]["name"] in POTENTIALS and not spec.get("observables")
+
+    groups = run_groups(runs, keep)
+    return [g for g in groups if len({sampler_label(r.spec) for r in g}) >= 2]
+
+
+def run_groups(runs: list, keep: Callable[[dict], bool]) -> list[list]:
+    """Runs whose spec ``keep`` accepts, created together (one Run click: within
+    GROUP_SECONDS of the previous one) on one target and budget, newest group first."""
     groups: list[list] = []
     for run in sorted(runs, key=lambda r: r.created):
-        if run.spec["target"]["name"] not in POTENTIALS or run.spec.get("observables"):
+        if not keep(run.spec):
             continue
         last = groups[-1][-1] if groups else None
         if (
@@ -348,7 +394,7 @@ def comparisons(runs: list) -> list[list]:
             groups[-1].append(run)
         else:
             groups.append([run])
-    return [g for g in reversed(groups) if len({r.spec["sampler"]["name"] for r in g}) >= 2]
+    return list(reversed(groups))
 
 
 # -- the step-by-step replay -------------------------------------------------------------------
@@ -476,7 +522,8 @@ W0_DEFAULTS = {"dln": "truth"}
 
 
 def network_facts(name: str, params: dict) -> dict:
-    """d, n, the default nbeta, whether a true w0 and the true LLC are known, or {"error": ...}
+    """d, n, the default nbeta, whether a true w0 and the true LLC are known, the classes of a
+    classification network (None for regression), or {"error": ...}
     for parameters its builder refuses: from ``landscapes.facts``, parameter arithmetic that
     builds nothing, so a page never holds a network (11 x 5000 typed widths grew the app's
     server by 2 GB when it built the target to read these)."""
@@ -484,7 +531,7 @@ def network_facts(name: str, params: dict) -> dict:
         facts = landscapes.facts(name, params)
     except ParamError as exc:
         return {"error": str(exc), "field": exc.field}
-    keys = ("dim", "n", "nbeta", "truth", "true_llc", "multiplicity")
+    keys = ("dim", "n", "nbeta", "truth", "true_llc", "multiplicity", "classes")
     return {key: facts[key] for key in keys}
 
 
@@ -615,3 +662,138 @@ def predictive_lines(block: dict) -> list[str]:
             what += f", {block.get('curvature_draws')} draws"
         lines.append(f"predictive.{key}: {shown}  ({what})")
     return lines
+
+
+# What each metric means, for the Networks page's table (reference 001, section 3).
+PREDICTIVE_TABLE = (  # summary key -> name, meaning
+    (
+        "log_p",
+        "ensemble log p",
+        "(1/N) Σ_n log((1/S) Σ_s p(y_n | x_n, θ_s)) on the test set: "
+        "the posterior predictive's log-likelihood per point (higher is better)",
+    ),
+    (
+        "mean_single_log_p",
+        "mean single-draw log p",
+        "each draw's own log p(y | x) per point, "
+        "averaged over draws; below the ensemble's by how much the draws disagree",
+    ),
+    ("accuracy", "accuracy", "of the argmax of the draw-averaged probabilities"),
+    (
+        "ece",
+        "ECE",
+        "expected calibration error: |accuracy − confidence| in 30 equal-width bins "
+        "of the top-label confidence, weighted by the bins' shares (0: calibrated)",
+    ),
+    ("confidence", "confidence", "mean top-label probability of the averaged prediction"),
+    (
+        "curvature",
+        "curvature",
+        "|λ_max(∇²ₓ ℓ)| / (‖∇ₓ ℓ‖ + 1e-6), derivatives in the input, on "
+        "10% of the test set (Srinivas et al.): an unusual value flags a bad sampler",
+    ),
+    ("draws", "draws", "posterior draws averaged (kept steps × chains that did not diverge)"),
+)
+
+
+def predictive_rows(block: dict) -> dict:
+    """The "predictive" observable's summary as the Networks page's table: metric, value and
+    what it means, a row a metric (values as text, "–" where there is none)."""
+    names, shown, meaning = [], [], []
+    for key, name, what in PREDICTIVE_TABLE:
+        value = block.get(key)
+        if key == "curvature" and value is not None:
+            what += f" ({block.get('curvature_draws')} draws)"
+        names.append(name)
+        shown.append(
+            "–" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+        )
+        meaning.append(what)
+    return {"metric": names, "value": shown, "meaning": meaning}
+
+
+# -- the funnel (reference 001, section 2.1; the protocol is jobs.funnel) --------------------
+
+# Where a tail statistic is suspect: off the truth by more than a relative or absolute
+# tolerance, or (v min) never below the true 1% quantile. Colour, not a test: 32 chains x 2e5
+# steps of a correct sampler land within these (the reference's KS at 16 x 1e5 is noisier).
+FUNNEL_TOLERANCE = {
+    "v sd": ("relative", 0.1),
+    "v q01": ("relative", 0.1),
+    "v min": ("above", "v q01"),
+    "P(v<-5)": ("absolute", 0.03),
+    "P(v<-10)": ("absolute", 0.03),
+    "KS vs N(0,80)": ("absolute", 0.05),
+    "θ1 sd": ("relative", 0.1),
+}
+FUNNEL_PAPER = "paper (1 chain × 2e6 steps)"
+
+
+def is_funnel_run(spec: dict) -> bool:
+    """A run of reference 001's funnel protocol (``jobs.funnel.spec``): SGRLD on the softplus
+    funnel from the protocol's start."""
+    from . import funnel  # lazily: scipy.stats costs ~1 s to import
+
+    return (
+        spec["target"]["name"] == funnel.TARGET["name"]
+        and spec["sampler"]["name"] == "sgrld"
+        and spec.get("start") == list(funnel.START)
+        and not spec.get("observables")
+    )
+
+
+def funnel_tails(store: Store, run_id: str, burn: int) -> dict:
+    """``jobs.funnel.tails`` of every kept draw of a run (after the burn-in, chains that never
+    diverged)."""
+    from . import funnel
+
+    data = store.read(run_id, names=["position", "diverged"])
+    if "position" not in data:
+        return dict.fromkeys(funnel.COLUMNS)
+    kept = data["position"][burn:, ~data["diverged"][-1]]
+    return funnel.tails(kept[..., -1], kept[..., 0])
+
+
+def funnel_suspect(column: str, value) -> bool:
+    """Whether a tail statistic is far from the truth (``FUNNEL_TOLERANCE``)."""
+    from . import funnel
+
+    if value is None or not math.isfinite(value):
+        return False
+    how, tolerance = FUNNEL_TOLERANCE[column]
+    if how == "above":
+        return value > funnel.TRUTH[tolerance]
+    off = abs(value - funnel.TRUTH[column])
+    return off > (tolerance * abs(funnel.TRUTH[column]) if how == "relative" else tolerance)
+
+
+def funnel_rows(basin: list[tuple[str, str, dict]], metrics=None) -> tuple[list[dict], list]:
+    """The Funnel page's tail table and its suspect cells: the truth, then each (metric,
+    source, tails) of ``basin`` followed by the paper's reproduced row of that metric (once),
+    then the paper's rows of ``metrics`` (default: all of them) not shown yet. Returns (rows,
+    per row the columns ``funnel_suspect`` flags)."""
+    from . import funnel
+
+    rows = [{"metric": "truth", "source": "N(0, 80); θ1 | v ~ N(2, sp(v))", **funnel.TRUTH}]
+    paper = {m: dict(zip(funnel.COLUMNS, v, strict=True)) for m, v in funnel.REFERENCE.items()}
+
+    def paper_row(metric: str) -> None:
+        if metric in paper:
+            rows.append({"metric": metric, "source": FUNNEL_PAPER, **paper.pop(metric)})
+
+    for metric, source, tails in basin:
+        rows.append({"metric": metric, "source": source, **dict.fromkeys(funnel.COLUMNS), **tails})
+        paper_row(metric)
+    for metric in funnel.REFERENCE if metrics is None else metrics:
+        paper_row(metric)
+    flags = [[c for c in funnel.COLUMNS if funnel_suspect(c, row[c])] for row in rows]
+    return rows, flags
+
+
+def funnel_theta1_density(target: landscapes.Target, edges) -> np.ndarray:
+    """theta_1's exact density averaged over each bin, (F(b) - F(a)) / (b - a) from the
+    target's CDF: its marginal has a cusp at mu, which a pdf sampled at bin centres misses."""
+    edges = np.asarray(edges, dtype=float)
+    with torch.no_grad():
+        cdf = target.x_cdf(torch.from_numpy(edges)).numpy()
+    return np.diff(cdf) / np.diff(edges)

@@ -410,7 +410,9 @@ class SoftplusFunnel(Target):
         x, v = w[:, :-1] - self.mu, w[:, -1]
         logsp = log_softplus(v)
         inv_sp = torch.exp(-logsp)
-        dlogsp = torch.exp(F.logsigmoid(v) - logsp)  # sigmoid(v) / softplus(v)
+        # sigmoid(v) / softplus(v); log sigmoid(v) = -softplus(-v): F.logsigmoid took 0.4-6.6 ms a
+        # call on a loaded CPU, softplus microseconds
+        dlogsp = torch.exp(-F.softplus(-v) - logsp)
         gv = (
             0.5 * (self.dim - 1) * dlogsp
             - 0.5 * (x * x).sum(-1) * inv_sp * dlogsp

@@ -147,6 +147,47 @@ def test_llc_run_shows_the_stores_estimate(home):
     assert per_chain == pytest.approx(est["per_chain"], rel=1e-12)
 
 
+def test_a_classification_run_shows_its_posterior_predictive_metrics(home, monkeypatch):
+    """The checkbox (classification networks only) adds the "predictive" observable; the
+    finished run's metrics are the summary's, each with what it means."""
+    from jobs.run import execute
+    from jobs.spec import parse_spec
+
+    monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # the run is executed here
+    at = small_rrr(page("networks"))
+    assert "net.predictive" not in {c.key for c in at.checkbox}  # rrr: a regression network
+    at.selectbox(key="net.target_name").set_value("mlp").run()
+    at.selectbox(key="net.target.mlp.dataset").set_value("moons").run()
+    at.text_input(key="net.target.mlp.hidden_sizes").input("4")
+    at.selectbox(key="net.llc.mlp.w0").set_value("init")
+    at.checkbox(key="net.predictive").check().run()
+    at.button(key="net.run").click().run()
+    assert not errors(at), errors(at)
+    store = Store(home)
+    (run,) = store.list()
+    assert run.spec["observables"] == ["llc", "predictive"]
+    summary = execute(parse_spec(run.spec), store, run.id)
+    store.finish(run.id, summary["status"], summary=summary)
+    at.run()
+    assert not errors(at), errors(at)
+    block = store.get(run.id).summary["observables"]["predictive"]
+    table = next(d.value for d in at.dataframe if "meaning" in d.value.columns)
+    assert list(table["metric"]) == [
+        "ensemble log p",
+        "mean single-draw log p",
+        "accuracy",
+        "ECE",
+        "confidence",
+        "curvature",
+        "draws",
+    ]
+    shown = dict(zip(table["metric"], table["value"], strict=True))
+    assert float(shown["ensemble log p"]) == pytest.approx(block["log_p"], rel=1e-5)
+    assert float(shown["accuracy"]) == pytest.approx(block["accuracy"], rel=1e-5)
+    assert int(shown["draws"]) == block["draws"] == 2 * 100
+    assert all(table["meaning"].str.len() > 10)
+
+
 def test_bad_values_show_inline_errors_and_queue_nothing(home):
     at = small_rrr(page("networks"))
     at.text_input(key="net.sampler.rrr.sgld.step_size").set_value("-1").run()

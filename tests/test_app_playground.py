@@ -142,7 +142,7 @@ def test_playground_run_shows_the_funnel_neck_against_the_exact_marginal(home):
     at.button(key="pg.run").click().run()
     assert not errors(at), errors(at)
     (run,) = Store(home).list()
-    assert run.spec["target"] == {"name": "funnel", "params": {"dim": 2}}
+    assert run.spec["target"] == {"name": "funnel", "params": {"dim": 2, "gradient_noise": 0.0}}
     assert run.spec["sampler"]["name"] == "mala"
     assert run.spec["sampler"]["params"]["step_size"] == 0.3
     assert (run.spec["chains"], run.spec["steps"], run.spec["burn_in"]) == (16, 300, 30)
@@ -245,7 +245,8 @@ def test_compare_runs_each_sampler_on_one_budget(home):
     assert sorted(r.spec["sampler"]["name"] for r in runs) == ["mala", "rwmh"]
     budget = {(r.spec["seed"], r.spec["chains"], r.spec["steps"], r.spec["burn_in"]) for r in runs}
     assert budget == {(0, 16, 300, 30)}
-    assert all(r.spec["target"] == {"name": "funnel", "params": {"dim": 2}} for r in runs)
+    target = {"name": "funnel", "params": {"dim": 2, "gradient_noise": 0.0}}
+    assert all(r.spec["target"] == target for r in runs)
 
     runs = wait_for_runs(home, 2)
     assert all(r.status == "completed" for r in runs), [r.error for r in runs]
@@ -301,3 +302,53 @@ def test_runs_keep_at_most_twenty_million_draws_unless_told():
 
     assert auto_thin(32, 2000) == 1 and auto_thin(2000, 10_000) == 1  # 2e7 draws: all kept
     assert auto_thin(2001, 10_000) == 2 and auto_thin(4096, 100_000) == 21  # ceil(20.48)
+
+
+def test_compare_offers_sgrld_s_metrics_and_labels_them_apart(home, monkeypatch):
+    """Two runs of one sampler (sgrld in two metrics) are two entries, two histograms, two
+    traces and two table rows: keyed by the sampler's name, the second overwrote the first."""
+    from jobs import report
+    from jobs.run import execute
+    from jobs.spec import parse_spec
+
+    monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # the runs are executed here
+    at = page("compare")
+    options = at.multiselect(key="cmp.samplers").options
+    assert {f"sgrld · {m}" for m in ("identity", "rmsprop", "wenzel", "monge", "shampoo")} <= set(
+        options
+    )
+    at.number_input(key="cmp.target.funnel.dim").set_value(2).run()
+    at.number_input(key="cmp.chains").set_value(4).run()
+    at.number_input(key="cmp.steps").set_value(200).run()
+    at.multiselect(key="cmp.samplers").set_value(["sgrld · identity", "sgrld · monge"]).run()
+    skip = registry_labels(samplers.REGISTRY["sgrld"], skip=("metric",))
+    for metric in ("identity", "monge"):  # the metric is the entry's: no widget for it
+        assert keyed(at, f"cmp.sampler.{metric}.sgrld.") == skip
+    at.text_input(key="cmp.sampler.monge.sgrld.step_size").input("0.01").run()
+    at.button(key="cmp.run").click().run()
+    assert not errors(at), errors(at)
+    store = Store(home)
+    for run in store.list():
+        summary = execute(
+            parse_spec(run.spec).model_copy(update={"compile": "never"}), store, run.id
+        )
+        store.finish(run.id, summary["status"], summary=summary)
+    params = {
+        r.spec["sampler"]["params"]["metric"]: r.spec["sampler"]["params"] for r in store.list()
+    }
+    assert params["monge"]["step_size"] == 0.01 and params["identity"]["step_size"] == 0.1
+    at.run()
+    assert not errors(at), errors(at)
+    labels = ["sgrld · identity", "sgrld · monge"]
+    assert list(at.dataframe[0].value["sampler"]) == labels
+    shown = figures(at)
+    histogram = shown["Marginal of v: every sampler on the same bins"]["data"]
+    assert [b["name"] for b in histogram if b["type"] == "bar"] == labels
+    assert {f"{label}: trace of v" for label in labels} <= set(shown)
+    box = at.selectbox(key="cmp.shown")
+    assert "sgrld · identity vs sgrld · monge" in box.format_func(box.value)
+
+    # two runs sharing a label (two clicks within seconds join one group) stay apart too
+    runs = store.list()
+    twin = [type("R", (), {"id": r.id, "spec": runs[0].spec}) for r in runs]
+    assert len(set(report.run_labels(twin).values())) == 2

@@ -43,6 +43,26 @@ def tail_ess(run_id: str, burn: int) -> list[float] | None:
     return report.tail_ess(store(), run_id, burn)
 
 
+@st.cache_data(max_entries=8, show_spinner=False)
+def log_p_grid(name: str, params_json: str, bounds: tuple) -> dict:
+    """log p = -L - log Z on a grid over ``bounds`` (a potential with a known log Z)."""
+    target = target_of(name, params_json)
+    grid = report.density_grid(target, 1.0, 1.0, bounds=bounds)
+    return {**grid, "log_density": grid["log_density"] - target.log_z}
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def theta1_density(name: str, params_json: str, edges: tuple) -> np.ndarray:
+    """``report.funnel_theta1_density``: theta_1's exact density averaged over each bin."""
+    return report.funnel_theta1_density(target_of(name, params_json), edges)
+
+
+@st.cache_data(max_entries=128, show_spinner="Tail statistics of every kept draw…")
+def funnel_tails(run_id: str, burn: int) -> dict:
+    """``report.funnel_tails`` of a finished run: all its kept draws (seconds at 6e6)."""
+    return report.funnel_tails(store(), run_id, burn)
+
+
 @st.cache_data(max_entries=32, show_spinner="Building the target…")
 def network_facts(target: dict) -> dict:
     """``report.network_facts`` of a RunSpec's target ({"name", "params"}): numbers only, as

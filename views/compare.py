@@ -27,7 +27,9 @@ from samplers.explain import explain
 from ui.live import watch
 from ui.truths import DEFAULTS, exact_draws, run_length, tail_ess, target_of
 
-SAMPLERS = list(samplers.REGISTRY)
+# Each sampler, and each variant of one: "sgrld · monge" runs sgrld with its metric widget hidden
+ENTRIES = report.sampler_entries()
+SAMPLERS = list(ENTRIES)
 CURVE_POINTS = 401
 BINS = 60
 MAX_TRACE = 2000
@@ -65,14 +67,19 @@ with right:
         "Samplers", SAMPLERS, default=["mala", "hmc"], key=ui.kept("cmp.samplers")
     )
     sampler_params = {}
-    for name in chosen:
-        with st.expander(f"{name}: {samplers.REGISTRY[name].paper}", expanded=len(chosen) <= 2):
+    for entry in chosen:
+        name, fixed = ENTRIES[entry]
+        with st.expander(f"{entry}: {samplers.REGISTRY[name].paper}", expanded=len(chosen) <= 2):
             latex, _ = explain(name)
             if latex:
                 st.latex(latex)
-            sampler_params[name] = ui.param_inputs(
-                samplers.REGISTRY[name], key="cmp.sampler", defaults=DEFAULTS
+            params = ui.param_inputs(
+                samplers.REGISTRY[name],
+                key="cmp.sampler" + "".join(f".{v}" for v in fixed.values()),
+                skip=tuple(fixed),
+                defaults=DEFAULTS,
             )
+            sampler_params[entry] = None if params is None else {**params, **fixed}
 
 length = run_length("cmp")
 
@@ -87,10 +94,10 @@ if st.button("Run all", type="primary", key="cmp.run"):
         specs = [
             {
                 "target": {"name": target_name, "params": target_params},
-                "sampler": {"name": name, "params": sampler_params[name]},
+                "sampler": {"name": ENTRIES[entry][0], "params": sampler_params[entry]},
                 **length,
             }
-            for name in chosen
+            for entry in chosen
         ]
         try:  # every spec first, so that one bad spec queues nothing
             for spec in specs:
@@ -155,12 +162,13 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     burn = report.burn_records(first)
     exact_all = exact_draws(target.name, params_json)
 
-    for record in records.values():
-        st.caption(f"**{ui.plain(record.spec['sampler']['name'])}**")
+    labels = report.run_labels(records.values())  # "sgrld · monge": a name is not enough
+    for run_id, record in records.items():
+        st.caption(f"**{ui.plain(labels[run_id])}**")
         ui.progress_bar(record)
     draws, data, exact_ok = {}, {}, {}
     for run_id, record in records.items():
-        name = record.spec["sampler"]["name"]
+        name = labels[run_id]
         data[name] = ui.Live(store, run_id, names=NAMES).update()
         exact_ok[name] = report.targets_exact(record.spec["sampler"]["params"])
         position = data[name].get("position")
@@ -215,16 +223,17 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
 
     rows = []
     for run_id, record in records.items():
-        name = record.spec["sampler"]["name"]
+        name = labels[run_id]
         tail = tail_ess(run_id, burn) if report.final_coordinates(record) else None
         rows.append(
             report.compare_row(record, data[name], draws.get(name), exact, coord, label, tail)
+            | {"sampler": name}
         )
     st.dataframe(rows, hide_index=True, key=f"cmp.table.{ids[0]}")
     if done:
-        for record in records.values():
+        for run_id, record in records.items():
             if record.status != "completed" or (record.summary or {}).get("diverged_chains"):
-                st.caption(f"**{ui.plain(record.spec['sampler']['name'])}**")
+                st.caption(f"**{ui.plain(labels[run_id])}**")
                 ui.run_status(record)
 
 
@@ -252,7 +261,7 @@ shown, _ = watch(
     "Comparison shown",
     {
         o: f"{g[0].id} · {g[0].spec['target']['name']} · "
-        + " vs ".join(r.spec["sampler"]["name"] for r in g)
+        + " vs ".join(report.run_labels(g).values())
         + f" · {g[0].spec['chains']} chains × {g[0].spec['steps']} steps"
         for o, g in zip(options, groups, strict=True)
     },
@@ -266,7 +275,11 @@ shown, _ = watch(
 # ---------------------------------------------------------------------------------------------
 # Explanation: of the samplers shown (else of those picked above).
 
-explained = [r.spec["sampler"]["name"] for r in groups[options.index(shown)]] if shown else chosen
+if shown:
+    explained = [r.spec["sampler"]["name"] for r in groups[options.index(shown)]]
+else:
+    explained = [ENTRIES[entry][0] for entry in chosen]
+explained = list(dict.fromkeys(explained))  # sgrld once, whatever its metrics
 if explained:
     st.subheader("The samplers")
     for name in explained:

@@ -74,6 +74,14 @@ with right:
     steps = c2.number_input("steps", 1, 10_000_000, 2000, step=100, key="net.steps")
     burn_in = c3.number_input("burn-in", 0, 10_000_000, 500, step=100, key="net.burn_in")
     seed = c4.number_input("seed", 0, 2**31 - 1, 0, key="net.seed")
+    predictive = False
+    if facts is not None and facts["classes"]:  # a classification network: mlp, slp
+        predictive = st.checkbox(
+            "posterior-predictive metrics (test set)",
+            key=ui.kept("net.predictive"),
+            help="At the end of the run: the kept draws' ensemble log p, accuracy, calibration "
+            "and input curvature on the test set (reference 001, section 3).",
+        )
 
 ready = None not in (target_params, sampler_params, facts) and not truth_error
 spec = {
@@ -83,7 +91,7 @@ spec = {
     "steps": int(steps),
     "burn_in": int(burn_in),
     "seed": int(seed),
-    "observables": ["llc"],
+    "observables": ["llc", "predictive"] if predictive else ["llc"],
     "llc": llc_opts,
 }
 
@@ -131,6 +139,7 @@ def live_run(run_id: str) -> None:
     if record.status in FINAL:
         ui.run_status(record)
         final_summary(record)
+        predictive_summary(record)
 
 
 def final_summary(record) -> None:
@@ -152,6 +161,19 @@ def final_summary(record) -> None:
         {"chain": list(range(est["chains"])), "λ̂": est["per_chain"]},
         hide_index=True,
         key=f"net.chains.{record.id}",
+    )
+
+
+def predictive_summary(record) -> None:
+    block = ((record.summary or {}).get("observables") or {}).get("predictive")
+    if not block:
+        return
+    st.markdown(f"**Posterior predictive** on the {block.get('split', 'test')} set")
+    st.dataframe(
+        report.predictive_rows(block),
+        hide_index=True,
+        column_config={"meaning": st.column_config.TextColumn(width="large")},
+        key=f"net.predictive.{record.id}",
     )
 
 
@@ -260,7 +282,8 @@ with calibrate_tab:
             st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
         else:
             try:
-                params, cells = sweeps.calibration_specs(parse_spec(spec), step_grid, nbeta_grid)
+                base = parse_spec({**spec, "observables": ["llc"]})  # no predictive per cell
+                params, cells = sweeps.calibration_specs(base, step_grid, nbeta_grid)
                 sweep_id = sweeps.submit(store, "calibrate", params, cells)
             except SpecError as exc:
                 ui.spec_error(exc)

@@ -1,0 +1,138 @@
+"""The Funnel page (AppTest): reference 001's protocol queued one run per metric, the paper's
+table before any run, and a small finished experiment whose figures and tail table carry the
+store's numbers. No worker is started (BASIN_NO_WORKERS=1): the runs are executed here."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+import torch
+from apptest import errors, page
+
+import charts
+import landscapes
+from jobs import funnel, report
+from jobs.run import execute
+from jobs.spec import parse_spec
+from jobs.store import Store
+
+
+@pytest.fixture
+def no_workers(home, monkeypatch):
+    monkeypatch.setenv("BASIN_NO_WORKERS", "1")
+    return home
+
+
+def array(value) -> np.ndarray:
+    """A plotly trace array from a chart's JSON: a list, or {"dtype", "bdata"} (base64)."""
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+    return np.asarray(value, dtype=float)
+
+
+def figures(at) -> dict[str, dict]:
+    out = {}
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        out[(spec["layout"].get("title") or {}).get("text", "")] = spec
+    return out
+
+
+def run_all(store: Store) -> list:
+    """Execute every queued run here (eagerly: short runs), and finish it as a worker would."""
+    for run in store.list():
+        spec = parse_spec(run.spec).model_copy(update={"compile": "never"})
+        summary = execute(spec, store, run.id)
+        store.finish(run.id, summary["status"], summary=summary)
+    return store.list()
+
+
+def test_run_queues_the_papers_protocol_one_run_per_metric(no_workers):
+    at = page("funnel")
+    assert not errors(at), errors(at)
+    assert at.multiselect(key="fun.metrics").value == list(funnel.PROTOCOL)
+    assert "wenzel" in at.multiselect(key="fun.metrics").options
+    table = at.dataframe[0].value  # before any run: the truth and the paper's rows
+    assert list(table["metric"]) == ["truth", *funnel.REFERENCE]
+    for metric, values in funnel.REFERENCE.items():
+        row = table[table["metric"] == metric].iloc[0]
+        assert [row[c] for c in funnel.COLUMNS] == pytest.approx(values)
+    for metric, params in funnel.PROTOCOL.items():
+        assert (
+            float(at.text_input(key=f"fun.{metric}.sgrld.step_size").value) == params["step_size"]
+        )
+    assert float(at.text_input(key="fun.monge.sgrld.alpha2").value) == 0.1
+
+    at.number_input(key="fun.chains").set_value(4)
+    at.number_input(key="fun.steps").set_value(2000)
+    at.text_input(key="fun.shampoo.sgrld.step_size").input("-1").run()
+    at.button(key="fun.run").click().run()
+    assert any("step_size" in e for e in errors(at)) and Store(no_workers).list() == []
+    at.text_input(key="fun.shampoo.sgrld.step_size").input("0.003").run()
+    at.button(key="fun.run").click().run()
+    assert not errors(at), errors(at)
+    runs = Store(no_workers).list()
+    specs = {r.spec["sampler"]["params"]["metric"]: r.spec for r in runs}
+    assert sorted(specs) == sorted(funnel.PROTOCOL) and len(runs) == 4
+    for metric, spec in specs.items():  # the paper's protocol, one seed and budget
+        assert spec == parse_spec(funnel.spec(metric, 4, 2000, 1)).model_dump(mode="json")
+    assert at.selectbox(key="fun.shown").value == ",".join(
+        r.id for r in sorted(runs, key=lambda r: r.created)
+    )
+
+
+def test_a_finished_experiment_shows_its_histograms_and_tails(no_workers):
+    at = page("funnel")
+    at.multiselect(key="fun.metrics").set_value(["identity", "monge"]).run()
+    at.number_input(key="fun.chains").set_value(4)
+    at.number_input(key="fun.steps").set_value(300)
+    at.button(key="fun.run").click().run()
+    store = Store(no_workers)
+    runs = {r.spec["sampler"]["params"]["metric"]: r for r in run_all(store)}
+    assert all(r.status == "completed" for r in runs.values()), [r.error for r in runs.values()]
+    at.run()
+    assert not errors(at), errors(at)
+    shown = figures(at)
+    target = landscapes.make("softplus-funnel", dtype="float64", gradient_noise=1.0)
+    for metric, run in runs.items():
+        data = store.read(run.id, names=["position"])["position"]
+        kept = data[report.burn_records(run.spec) :].reshape(-1, 2)
+        neck = shown[f"{metric}: draws over log p, v against N(0, 80)"]
+        bars = next(t for t in neck["data"] if t["type"] == "bar")
+        edges = charts.histogram_edges(*funnel.V_RANGE, funnel.V_BINS)
+        np.testing.assert_allclose(array(bars["x"]), charts.histogram_density(kept[:, 1], edges))
+        dots = next(t for t in neck["data"] if t["type"] == "scatter" and "draws" in t["name"])
+        assert len(array(dots["x"])) == min(1000, len(kept))
+        theta = shown[f"{metric}: θ1"]
+        exact = next(t for t in theta["data"] if t["type"] == "scatter")
+        x_edges = charts.histogram_edges(*funnel.X_RANGE, 56)
+        mass = np.diff(target.x_cdf(torch.from_numpy(x_edges)).numpy())
+        np.testing.assert_allclose(array(exact["y"])[::2], mass / np.diff(x_edges), rtol=1e-9)
+        assert f"{metric}: trace of v" in shown
+
+    table = at.dataframe[0].value
+    assert list(table["metric"]) == ["truth", "identity", "identity", "monge", "monge"]
+    for metric, run in runs.items():
+        data = store.read(run.id, names=["position"])["position"]
+        kept = data[report.burn_records(run.spec) :]
+        rows = table[table["metric"] == metric]
+        ours = rows[rows["source"].str.startswith("Basin")].iloc[0]
+        expected = funnel.tails(kept[..., 1], kept[..., 0])
+        assert [ours[c] for c in funnel.COLUMNS] == pytest.approx(list(expected.values()))
+        paper = rows[rows["source"] == report.FUNNEL_PAPER].iloc[0]
+        assert [paper[c] for c in funnel.COLUMNS] == pytest.approx(funnel.REFERENCE[metric])
+    captions = " ".join(c.value for c in at.caption)
+    assert "no metric reaches the neck" in captions and "Gamma" in captions
+
+
+def test_suspect_tails_are_the_ones_far_from_the_truth():
+    basin = [("monge", "Basin", dict(funnel.TRUTH, **{"v min": -30}))]
+    rows, flags = report.funnel_rows(basin, metrics=())
+    assert [r["source"] for r in rows][1:] == ["Basin", report.FUNNEL_PAPER]
+    assert flags[0] == [] and flags[1] == []  # the truth itself is never suspect
+    assert flags[2] == ["P(v<-5)", "P(v<-10)", "KS vs N(0,80)"]  # the paper's monge
+    assert report.funnel_suspect("v min", -15.0) and not report.funnel_suspect("v min", -21.0)
+    assert report.funnel_suspect("KS vs N(0,80)", 0.06) and not report.funnel_suspect("v sd", 8.5)
