@@ -27,16 +27,26 @@ from landscapes import ParamError, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30
-# ``main`` in a child, then its time and peak RSS as the last line of stderr
+# ``main`` in a child, then its time and peak RSS as the last line of stderr. The peak is the
+# child's own (VmHWM): Linux carries ru_maxrss across exec, so a child forked from a big test
+# process reported that process's size (725 MB late in the suite)
 CHILD = """
 import json, resource, sys, time
 from jobs.__main__ import main
 start = time.perf_counter()
+
+def peak_mb():
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
 try:
     code = main(sys.argv[1:])
 finally:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": time.perf_counter() - start, "rss_mb": peak}), file=sys.stderr)
+    report = {"seconds": time.perf_counter() - start, "rss_mb": peak_mb()}
+    print(json.dumps(report), file=sys.stderr)
 sys.exit(code)
 """
 ADDRESS_SPACE = 3 * GiB  # torch's import maps ~0.65 GB; anything near this is a regression
