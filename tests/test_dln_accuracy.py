@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from parallel import parallel_map
 
 import landscapes
 import samplers
@@ -38,6 +39,13 @@ def estimate(target: landscapes.Target, step_size: float, seed: int) -> tuple[fl
     return float(kernel.nbeta_for(target) * excess.mean()), int(state.diverged.sum())
 
 
+def problem(job: tuple[int, float]) -> tuple[float, int]:
+    """``estimate`` of tiny problem ``p`` at step ``eps``, built where it runs (a worker)."""
+    p, eps = job
+    target = landscapes.make("dln", size_class="tiny", seed=p, n=N, device="cpu", dtype="float32")
+    return estimate(target, eps, p)
+
+
 @pytest.mark.slow
 def test_rmsprop_sgld_on_tiny_dlns_meets_the_benchmark_goal_at_its_best_step():
     targets = [
@@ -46,8 +54,10 @@ def test_rmsprop_sgld_on_tiny_dlns_meets_the_benchmark_goal_at_its_best_step():
     ]
     true = np.array([t.true_llc[0] for t in targets])
     results = {}
+    jobs = [(p, eps) for eps in STEP_SIZES for p in PROBLEMS]
+    done = dict(zip(jobs, parallel_map(problem, jobs), strict=True))
     for eps in STEP_SIZES:
-        runs = [estimate(t, eps, p) for p, t in zip(PROBLEMS, targets, strict=True)]
+        runs = [done[p, eps] for p in PROBLEMS]
         lam = np.array([r[0] for r in runs])
         assert sum(r[1] for r in runs) == 0, f"diverged chains at {eps}"
         assert np.all(lam > 0) and np.all(lam < [t.dim / 2 for t in targets]), lam
