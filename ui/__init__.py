@@ -95,6 +95,22 @@ def submit(spec: dict) -> str | None:
     return store().create(run.model_dump(mode="json"))
 
 
+def submit_group(specs: list[dict], shown_key: str) -> list[str]:
+    """Queue runs that belong together (Compare's samplers, the Funnel's metrics): every spec is
+    checked first, so one bad spec queues none; the ids go to ``st.session_state[shown_key]``
+    (the group the page shows) and the page waits briefly for their first records."""
+    try:
+        for spec in specs:
+            check_budget(parse_spec(spec))
+    except SpecError as exc:
+        spec_error(exc)
+        return []
+    ids = [i for i in (submit(spec) for spec in specs) if i]
+    st.session_state[shown_key] = ",".join(ids)
+    await_first_records(ids)
+    return ids
+
+
 FIRST_RECORDS_S = 0.6  # how long a page waits, right after Run, for a run's first records
 
 

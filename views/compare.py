@@ -20,7 +20,6 @@ import samplers
 import ui
 from jobs import report
 from jobs.report import EXACT_DRAWS, POTENTIALS, labels_of
-from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import FINAL
 from landscapes import ParamError
 from samplers.explain import explain
@@ -99,15 +98,7 @@ if st.button("Run all", type="primary", key="cmp.run"):
             }
             for entry in chosen
         ]
-        try:  # every spec first, so that one bad spec queues nothing
-            for spec in specs:
-                check_budget(parse_spec(spec))
-        except SpecError as exc:
-            ui.spec_error(exc)
-        else:
-            ids = [i for i in (ui.submit(spec) for spec in specs) if i]
-            st.session_state["cmp.shown"] = ",".join(ids)
-            ui.await_first_records(ids)
+        ui.submit_group(specs, "cmp.shown")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ import samplers
 import ui
 from charts.table import highlighted
 from jobs import funnel, report
-from jobs.spec import SpecError, check_budget, parse_spec
 from jobs.store import FINAL
 from landscapes import ParamError
 from samplers.explain import explain
@@ -94,15 +93,7 @@ if st.button("Run", type="primary", key="fun.run"):
         st.error(f"Fix the settings of {bad} first; nothing was queued.", icon=ui.WARNING)
     else:
         specs = [funnel.spec(m, chains, steps, seed, **params[m]) for m in chosen]
-        try:  # every spec first, so that one bad spec queues nothing
-            for spec in specs:
-                check_budget(parse_spec(spec))
-        except SpecError as exc:
-            ui.spec_error(exc)
-        else:
-            ids = [i for i in (ui.submit(spec) for spec in specs) if i]
-            st.session_state["fun.shown"] = ",".join(ids)
-            ui.await_first_records(ids)
+        ui.submit_group(specs, "fun.shown")
 
 
 # ---------------------------------------------------------------------------------------------
