@@ -5,15 +5,18 @@ run-length widgets and the context of a potential's run that their views share."
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import streamlit as st
 
 import landscapes
 from jobs import report
+from jobs.store import FINAL
 from landscapes import ParamError
 
 from . import store
-from .live import Live
+from .live import Live, stop_polling
 from .widgets import kept, spec_error
 
 DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
@@ -23,6 +26,39 @@ DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix vi
 def target_of(name: str, params_json: str) -> landscapes.Target | ParamError:
     """``report.target_of``, one per session-independent key (closed forms only)."""
     return report.target_of(name, params_json)
+
+
+class Group(NamedTuple):
+    """A group of runs a page shows together (Compare's samplers, the Funnel's metrics)."""
+
+    records: dict  # run id -> RunRecord, in the group's order
+    done: bool  # every run has ended
+    first: dict  # the first run's spec: the target and budget they share
+    params_json: str  # its target parameters, the key of the cached target and truths
+    target: landscapes.Target
+
+
+def open_group(ids: list[str], polling_key: str) -> Group | None:
+    """The runs of ``ids`` still in the store and their shared target, polling stopped once all
+    have ended; None after saying why there is nothing to show (deleted, or a bad target)."""
+    records = {}
+    for run_id in ids:
+        try:
+            records[run_id] = store().get(run_id)
+        except KeyError:
+            continue
+    if not records:
+        st.info("These runs were deleted.")
+        return None
+    done = all(r.status in FINAL for r in records.values())
+    stop_polling(polling_key, ",".join(ids), done)
+    first = next(iter(records.values())).spec
+    params_json = report.params_json(first)
+    target = target_of(first["target"]["name"], params_json)
+    if isinstance(target, ParamError):
+        spec_error(target)
+        return None
+    return Group(records, done, first, params_json, target)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -24,7 +24,7 @@ from jobs.store import FINAL
 from landscapes import ParamError
 from samplers.explain import explain
 from ui.live import watch
-from ui.truths import DEFAULTS, exact_draws, run_length, tail_ess, target_of
+from ui.truths import DEFAULTS, exact_draws, open_group, run_length, tail_ess, target_of
 
 # Each sampler, and each variant of one: "sgrld · monge" runs sgrld with its metric widget hidden
 ENTRIES = report.sampler_entries()
@@ -132,23 +132,10 @@ def shared_edges(target, exact, draws: dict, i: int) -> np.ndarray:
 
 
 def live_group(ids: list[str], coord: int, show: int) -> None:
-    records = {}
-    for run_id in ids:
-        try:
-            records[run_id] = store.get(run_id)
-        except KeyError:
-            continue
-    if not records:
-        st.info("These runs were deleted.")
+    group = open_group(ids, "cmp.polling")
+    if group is None:
         return
-    done = all(r.status in FINAL for r in records.values())
-    ui.stop_polling("cmp.polling", ",".join(ids), done)
-    first = next(iter(records.values())).spec
-    params_json = report.params_json(first)
-    target = target_of(first["target"]["name"], params_json)
-    if isinstance(target, ParamError):
-        ui.spec_error(target)
-        return
+    records, done, first, params_json, target = group
     label = labels_of(target)[coord]
     burn = report.burn_records(first)
     exact_all = exact_draws(target.name, params_json)

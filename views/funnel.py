@@ -20,11 +20,10 @@ import ui
 from charts.table import highlighted
 from jobs import funnel, report
 from jobs.store import FINAL
-from landscapes import ParamError
 from samplers.explain import explain
 from samplers.sgrld import GAMMA_OMITTED, METRICS
 from ui.live import watch
-from ui.truths import funnel_tails, log_p_grid, target_of, theta1_density
+from ui.truths import funnel_tails, log_p_grid, open_group, theta1_density
 
 SGRLD = samplers.REGISTRY["sgrld"]
 # The settings each metric reads (the rest of the sampler's parameters do nothing here, or
@@ -113,23 +112,10 @@ def tail_table(basin: list, metrics=None, key: str = "fun.table") -> None:
 
 
 def live_group(shown: str, show: int) -> None:
-    records = {}
-    for run_id in shown.split(","):
-        try:
-            records[run_id] = store.get(run_id)
-        except KeyError:
-            continue
-    if not records:
-        st.info("These runs were deleted.")
+    group = open_group(shown.split(","), "fun.polling")
+    if group is None:
         return
-    done = all(r.status in FINAL for r in records.values())
-    ui.stop_polling("fun.polling", shown, done)
-    first = next(iter(records.values())).spec
-    params_json = report.params_json(first)
-    target = target_of(first["target"]["name"], params_json)
-    if isinstance(target, ParamError):
-        ui.spec_error(target)
-        return
+    records, done, first, params_json, target = group
     burn = report.burn_records(first)
     labels = {i: x.removeprefix("sgrld · ") for i, x in report.run_labels(records.values()).items()}
     grid = log_p_grid(target.name, params_json, (funnel.X_RANGE, funnel.V_RANGE))
