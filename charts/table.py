@@ -109,16 +109,27 @@ def traces_csv(data: Mapping[str, np.ndarray], positions: bool = True) -> bytes:
 
 
 SUSPECT = "background-color: rgba(214, 39, 40, 0.28)"  # reads on light and dark themes
+TINTS = {
+    "fail": SUSPECT,
+    "warn": "background-color: rgba(255, 165, 0, 0.30)",
+    "good": "background-color: rgba(44, 160, 44, 0.22)",
+}
 
 
 def highlighted(rows: list[dict], flags: list, digits: int = 3):
     """``rows`` as a pandas Styler for st.dataframe: numbers to ``digits`` significant figures
     in plain notation where it is short (0.0361, not 3.61e-2), and the cells named in ``flags``
-    (per row, the columns to mark) tinted."""
+    tinted: per row, a set of columns (red) or a mapping column -> "fail" | "warn" | "good"."""
     frame = pd.DataFrame(rows)
 
+    def level(i: int, name: str) -> str:
+        flag = flags[i]
+        if isinstance(flag, Mapping):
+            return TINTS.get(flag.get(name), "")
+        return SUSPECT if name in flag else ""
+
     def tint(column: pd.Series) -> list[str]:
-        return [SUSPECT if column.name in flags[i] else "" for i in range(len(column))]
+        return [level(i, column.name) for i in range(len(column))]
 
     numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])]
     return frame.style.apply(tint).format(f"{{:.{digits}g}}", subset=numeric, na_rep="–")

@@ -269,8 +269,17 @@ def _foreground(args: argparse.Namespace, store: Store, run_id: str, spec) -> in
         print(json.dumps(_finite(summary)))
     else:
         print(f"{run_id} {summary['status']} in {summary['seconds']:.2f} s")
+        _print_verdict(summary.get("verdict"))
         _print_observables(summary)
     return 0
+
+
+def _print_verdict(verdict: dict | None) -> None:
+    """The verdict's status, then each signal with what to try, a line each."""
+    if verdict:
+        print(f"verdict: {verdict['status']}")
+        for s in verdict["signals"]:
+            print(f"  {s['status']}: {s['message']}; try {s['try']}")
 
 
 def _print_observables(summary) -> None:
@@ -322,6 +331,7 @@ def _show(record) -> dict:
         "worker_pid": record.worker_pid,
         "error": record.error,
         "summary": record.summary,
+        "verdict": (record.summary or {}).get("verdict"),  # also at the top: scripts read it
     }
 
 
@@ -361,7 +371,9 @@ def cmd_show(args: argparse.Namespace, store: Store) -> int:
         print(json.dumps(_finite(info if table is None else {**info, "diagnostics": table})))
         return 0
     for key, value in info.items():
-        print(f"{key}: {value}")
+        if key != "verdict":
+            print(f"{key}: {value}")
+    _print_verdict(info["verdict"])
     _print_observables(info["summary"])
     if table is not None:
         print(f"\n{report.diagnostics_text(table)}")

@@ -23,14 +23,14 @@ from samplers import diagnostics
 from samplers import llc as llc_math
 
 from . import sweep as sweeps
+from . import verdict
 from .spec import SpecError
 from .store import FINAL, RunRecord, Store
+from .verdict import EXACT_DRAWS, EXACT_SEED, targets_exact
 
 POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "potential"]
 NAMES = ["step", "position", "loss", "accepted", "diverged"]  # the records a run's views read
 GRID = 161  # grid points per axis of the density contours
-EXACT_DRAWS = 20_000
-EXACT_SEED = 20_250_131
 # Draws behind histograms, tails and KS: an even subsample beyond this (the statistics' Monte
 # Carlo error at 10^5 draws is below what the figures show; a 4096-chain run has 10^7).
 MAX_STAT = 100_000
@@ -74,15 +74,6 @@ def labels_of(target: landscapes.Target) -> list[str]:
         size = math.prod(shape)
         out += [key] if size == 1 else [f"{key}{i}" for i in range(size)]
     return out
-
-
-def targets_exact(sampler_params: dict) -> bool:
-    """Truths hold for exp(-L): nbeta 1 (a potential's own), no localization, temperature 1."""
-    return (
-        sampler_params.get("nbeta") in (None, 1.0)
-        and not sampler_params.get("localization")
-        and sampler_params.get("temperature", 1.0) == 1.0
-    )
 
 
 def is_playground_run(spec: dict) -> bool:
@@ -326,7 +317,33 @@ def compare_row(record: RunRecord, data: dict, sample, exact, coord: int, label:
             "diverged_chains", int(diverged[-1].sum()) if diverged is not None else 0
         ),
         "seconds": summary.get("seconds"),
+        "verdict": (summary.get("verdict") or {}).get("status"),
     }
+
+
+def cell_flags(row: dict, sampler: str | None = None) -> dict[str, str]:
+    """The cells of a diagnostics or comparison row that the verdict's rules call suspect:
+    column -> "warn" | "fail" (and the verdict cell itself, "good" included)."""
+    flags = {}
+    for column, value in row.items():
+        if value is None or (isinstance(value, str) and column != "verdict"):
+            continue
+        if column == "verdict":
+            flags[column] = value
+        elif column.startswith("R-hat") and value > verdict.RHAT_WARN:
+            flags[column] = "fail" if value > verdict.RHAT_FAIL else "warn"
+        elif column.startswith("ESS bulk") and value < verdict.MIN_ESS:
+            flags[column] = "warn"
+        elif column == "KS distance" and row.get(KS_COLUMN) is not None:
+            if value > row[KS_COLUMN]:
+                flags[column] = "fail"
+        elif column == "diverged chains" and value:
+            flags[column] = "fail"
+        elif column == "acceptance" and sampler in verdict.ACCEPTANCE:
+            lo, hi = verdict.ACCEPTANCE[sampler]
+            if not lo <= value <= hi:
+                flags[column] = "fail" if value < lo / 3 else "warn"
+    return flags
 
 
 def budget_key(spec: dict) -> str:

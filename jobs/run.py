@@ -24,6 +24,7 @@ import torch
 from samplers import diagnostics, llc
 from samplers.mcmc import MHKernel
 
+from . import verdict
 from .spec import Estimate, RunSpec, build, estimate
 from .store import Progress, Store
 
@@ -171,6 +172,9 @@ def execute(
         loss = store.read(run_id, since=burn, names=["loss", "center_loss"])
         for name, observer in observers.items():
             summary["observables"][name] = observer.summary(loss)
+    summary["verdict"] = verdict.judge(
+        spec.model_dump(mode="json"), summary, **recorder.evidence(target, kernel, state)
+    )
     return summary
 
 
@@ -279,6 +283,29 @@ class Recorder:
                 parts = {name: [rows] for name, rows in joined.items()}
             self.store.append(self.run_id, start + skip, parts, series)
         return start + n
+
+    def evidence(self, target, kernel, state) -> dict:
+        """What ``verdict.judge`` reads besides the summary: per-chain acceptance and spread
+        over the records after burn-in, the diagnosed chains' draws, every chain's last
+        position, and exact draws of the density sampled where the target has a sampler."""
+        good = ~state.diverged.cpu().numpy()
+        n, out = self.kept_after_burn, {"coupled": getattr(kernel, "coupled", False)}
+        if n and "accepted" in self.sums:
+            out["chain_acceptance"] = (self.sums["accepted"].cpu().numpy() / n)[good]
+        if n and "position" in self.sums:
+            mean = self.sums["position"].cpu().numpy()[good] / n
+            square = self.sums["position_sq"].cpu().numpy()[good] / n
+            out["chain_sd"] = np.sqrt(np.maximum(square - mean**2, 0.0))
+        if self.first_draws and self.est.positions == "all":
+            some = torch.cat(self.first_draws).numpy()  # [draws, k, d]
+            out["draws"] = np.moveaxis(some[:, good[: some.shape[1]]], 0, 1)
+            out["final"] = state.position.cpu().numpy()[good]
+            out["bounds"] = target.bounds
+            params = self.spec.sampler.params
+            if target.exact_sample is not None and verdict.targets_exact(params):
+                g = torch.Generator(device=state.position.device).manual_seed(verdict.EXACT_SEED)
+                out["exact"] = target.exact_sample(g, verdict.EXACT_DRAWS).cpu().double().numpy()
+        return out
 
     @property
     def replaying(self) -> bool:

@@ -41,6 +41,11 @@ class Info:
     diverged: Tensor  # bool
     position: Tensor | None = None  # after the step, when ``run(..., positions=True)``
     scalars: dict[str, Tensor] = field(default_factory=dict)  # ``observe`` and step extras
+    # with ``trace`` (the animated view): the point each chain proposed (the new position for
+    # kernels without one) [C, d], and an integrator's path to it [C, L, d] (HMC, NUTS;
+    # NaN-padded)
+    proposal: Tensor | None = None
+    path: Tensor | None = None
 
 
 @dataclass
@@ -126,6 +131,8 @@ class Kernel(ABC):
 
     name = "kernel"
     minibatch: ClassVar[bool] = False
+    # whether ``update`` takes ``trace``: a dict it fills with "proposal" (and "path")
+    traces: ClassVar[bool] = False
     compilable: ClassVar[bool] = True  # whether ``samplers.compiled`` may compile its steps
     # known biases a run with this kernel must warn about: {code: message}
     caveats: ClassVar[dict[str, str]] = {}
@@ -180,11 +187,22 @@ class Kernel(ABC):
         state = self.start(base, target, generator)
         return replace(state, diverged=~finite(state))
 
-    def step(self, state: State, target: Target, noise: dict[str, Tensor]) -> tuple[State, Info]:
-        """One step with one step's draws (``noise``: [C, ...] each, as ``draws`` lists)."""
+    def step(
+        self, state: State, target: Target, noise: dict[str, Tensor], trace: bool = False
+    ) -> tuple[State, Info]:
+        """One step with one step's draws (``noise``: [C, ...] each, as ``draws`` lists);
+        ``trace``: also report each chain's proposal (and integrator path) in the Info."""
         batch = target.batch(noise["index"]) if "index" in noise else noise.get("gradient_noise")
-        new, loss, accepted = self.update(state, target, batch, noise)
-        return contain(state, new, loss, accepted, self.observe(new))
+        extras: dict[str, Tensor] = {}
+        if trace and self.traces:
+            new, loss, accepted = self.update(state, target, batch, noise, trace=extras)
+        else:
+            new, loss, accepted = self.update(state, target, batch, noise)
+        new, info = contain(state, new, loss, accepted, self.observe(new))
+        if trace:
+            info.proposal = extras.get("proposal", new.position)
+            info.path = extras.get("path")
+        return new, info
 
     def run(
         self,
@@ -225,12 +243,18 @@ class Kernel(ABC):
         return state, stack_infos(infos)
 
     def eager(
-        self, state: State, target: Target, noise: dict[str, Tensor], positions: bool = False
+        self,
+        state: State,
+        target: Target,
+        noise: dict[str, Tensor],
+        positions: bool = False,
+        trace: bool = False,
     ) -> tuple[State, Info]:
-        """One step per row of ``noise`` ([T, ...] each), in Python; Infos stacked [T, C]."""
+        """One step per row of ``noise`` ([T, ...] each), in Python; Infos stacked [T, C]
+        (with each step's proposals and paths when ``trace``)."""
         infos = []
         for t in range(next(iter(noise.values())).shape[0] if noise else 0):
-            state, info = self.step(state, target, {k: v[t] for k, v in noise.items()})
+            state, info = self.step(state, target, {k: v[t] for k, v in noise.items()}, trace)
             info.position = state.position if positions else None
             infos.append(info)
         return state, stack_infos(infos)
@@ -337,11 +361,16 @@ def stack_infos(infos: list[Info]) -> Info:
         parts = [x.reshape(-1, *x.shape[x.ndim - ndim + 1 :]) for x in parts]
         return parts[0] if len(parts) == 1 else torch.cat(parts)  # one block: no copy
 
-    position = None if infos[0].position is None else cat([i.position for i in infos], 3)
+    def optional(name: str, ndim: int) -> Tensor | None:
+        first = getattr(infos[0], name)
+        return None if first is None else cat([getattr(i, name) for i in infos], ndim)
+
     return Info(
         cat([i.loss for i in infos]),
         cat([i.accepted for i in infos]),
         cat([i.diverged for i in infos]),
-        position,
+        optional("position", 3),
         {k: cat([i.scalars[k] for i in infos]) for k in infos[0].scalars},
+        optional("proposal", 3),
+        optional("path", 4),
     )

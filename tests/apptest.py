@@ -43,6 +43,15 @@ def wait_for_runs(home: Path, count: int = 1, timeout: float = 180) -> list:
     raise AssertionError(f"{count} run(s) did not end within {timeout} s: {store.list()}")
 
 
+VERDICT = " · verdict **"  # a run's verdict in red is the run's result, not the page's error
+
+
 def errors(at: AppTest) -> list[str]:
-    """Every exception and error element on the page (their texts)."""
-    return [e.value for e in at.exception] + [e.value for e in at.error]
+    """Every exception and error element on the page (their texts), verdicts aside."""
+    return [e.value for e in at.exception] + [e.value for e in at.error if VERDICT not in e.value]
+
+
+def verdicts(at: AppTest) -> list[str]:
+    """The verdicts shown, in any colour."""
+    shown = [*at.success, *at.warning, *at.error]
+    return [e.value for e in shown if VERDICT in e.value]

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from apptest import errors, page, wait_for_runs  # `home` is a fixture from conftest.py
+from apptest import errors, page, verdicts, wait_for_runs  # `home` is a fixture from conftest.py
 
 import charts
 import landscapes
@@ -199,10 +199,10 @@ def test_a_run_whose_every_chain_diverged_says_so(home):
     assert run.status == "completed" and run.summary["diverged_chains"] == 4, run
     at.run()
     assert not at.exception
-    assert [w.value for w in at.warning if "diverged" in w.value] == [
-        "Every chain diverged (NaN/Inf) and was frozen: there are no draws to show. "
-        "Lower the step size (or raise friction) and run again."
-    ]
+    (shown,) = verdicts(at)  # in red, with what to try
+    assert shown in [e.value for e in at.error] and "verdict **fail**" in shown
+    assert "every chain diverged (NaN/Inf): there are no draws" in shown
+    assert "a smaller step" in shown and "(e.g. 2.5)" in shown
 
 
 def test_a_run_of_a_kernel_with_a_known_bias_says_so_instead_of_a_green_completed(home):
@@ -217,7 +217,8 @@ def test_a_run_of_a_kernel_with_a_known_bias_says_so_instead_of_a_green_complete
     assert run.status == "completed" and run.summary["warnings"][0]["code"] == "dropped_gamma"
     at.run()
     assert not at.exception
-    assert any("Gamma" in w.value and "biased" in w.value for w in at.warning)
+    assert any("Gamma" in v and "biased" in v for v in verdicts(at))
+    assert not at.success  # never a green "completed" for a biased kernel
     assert not [s.value for s in at.success if s.value == "Run completed."]
 
 

@@ -165,9 +165,40 @@ HINTS = {
 }
 
 
+VERDICT_TEXT = {
+    "good": "its R-hat, ESS, acceptance and stuck chains (and KS against the exact sampler, "
+    "where there is one) are all within their limits",
+    "warn": "usable with care",
+    "fail": "do not trust these draws",
+}
+
+
+def verdict_box(verdict: dict, status: str = "completed") -> None:
+    """A verdict in colour: green good, amber warn, red fail, each signal with what to try."""
+    word = verdict["status"]
+    head = f"{status.capitalize()} · verdict **{word}**: {VERDICT_TEXT[word]}."
+    lines = [
+        f"- **{s['code']}** ({s['status']}): {plain(s['message'])}. *Try:* {plain(s['try'])}."
+        for s in verdict["signals"]
+    ]
+    text = "\n".join([head, *lines])
+    if verdict["status"] == "good":
+        st.success(text, icon=DONE)
+    elif verdict["status"] == "warn":
+        st.warning(text, icon=WARNING)
+    else:
+        st.error(text, icon=WARNING)
+
+
 def run_status(record: RunRecord) -> None:
-    """The outcome of a finished run, with what to try when it went wrong."""
-    if record.status == "completed":
+    """The outcome of a finished run, with what to try when it went wrong: its verdict when it
+    has one (every run since verdicts exist), else what its summary says."""
+    verdict = (record.summary or {}).get("verdict")
+    if record.status in ("completed", "cancelled") and verdict:
+        verdict_box(verdict, record.status)
+        if record.status == "cancelled":
+            st.info(HINTS["cancelled"])
+    elif record.status == "completed":
         summary = record.summary or {}
         diverged = summary.get("diverged_chains") or 0
         if diverged:

@@ -18,6 +18,7 @@ import charts
 import landscapes
 import samplers
 import ui
+from charts.table import highlighted
 from jobs import report
 from jobs.report import EXACT_DRAWS, POTENTIALS, labels_of
 from jobs.store import FINAL
@@ -135,7 +136,7 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     group = open_group(ids, "cmp.polling")
     if group is None:
         return
-    records, done, first, params_json, target = group
+    records, _, first, params_json, target = group
     label = labels_of(target)[coord]
     burn = report.burn_records(first)
     exact_all = exact_draws(target.name, params_json)
@@ -207,12 +208,15 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
             report.compare_row(record, data[name], draws.get(name), exact, coord, label, tail)
             | {"sampler": name}
         )
-    st.dataframe(rows, hide_index=True, key=f"cmp.table.{ids[0]}")
-    if done:
-        for run_id, record in records.items():
-            if record.status != "completed" or (record.summary or {}).get("diverged_chains"):
-                st.caption(f"**{ui.plain(labels[run_id])}**")
-                ui.run_status(record)
+    flags = [
+        report.cell_flags(row, record.spec["sampler"]["name"])
+        for row, record in zip(rows, records.values(), strict=True)
+    ]
+    st.dataframe(highlighted(rows, flags), hide_index=True, key=f"cmp.table.{ids[0]}")
+    for run_id, record in records.items():
+        if record.status in FINAL:  # each run's verdict in colour, as soon as it ends
+            st.caption(f"**{ui.plain(labels[run_id])}**")
+            ui.run_status(record)
 
 
 def view_controls(shown: str) -> tuple:

@@ -19,8 +19,8 @@ import charts
 import landscapes
 import samplers
 import ui
-from charts.table import number
-from jobs import report
+from charts.table import highlighted, number
+from jobs import report, verdict
 from jobs.store import FINAL
 from landscapes import ParamError
 from samplers.explain import POSTERIOR, explain
@@ -210,13 +210,20 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
         )
     facts = report.metrics(record, data, every, total)
     m1, m2, m3, m4 = st.columns(4)
-    m1.metric("acceptance", number(facts["acceptance"], 3) if facts["mh"] else "no MH step")
+    band = verdict.ACCEPTANCE.get(record.spec["sampler"]["name"])
+    m1.metric(
+        "acceptance",
+        number(facts["acceptance"], 3) if facts["mh"] else "no MH step",
+        acceptance_delta(facts["acceptance"], band),
+        delta_color="normal",
+    )
     m2.metric("diverged chains", facts["diverged chains"])
     m3.metric("draws after burn-in", f"{total:,}")
     m4.metric("seconds", number(facts["seconds"], 3))
     tail = tail_ess(run_id, ctx["burn"]) if report.final_coordinates(record) else None
     rows = report.diagnostics_rows(record, ctx["target"], ctx["exact"], sample, tails, tail)
-    st.dataframe(rows, hide_index=True, key=f"pg.diag.{run_id}")
+    flags = [report.cell_flags(row) for row in rows]
+    st.dataframe(highlighted(rows, flags), hide_index=True, key=f"pg.diag.{run_id}")
     lo, hi = np.array(ctx["target"].bounds).T
     outside = float(np.mean(((sample < lo) | (sample > hi)).any(-1))) if len(sample) else 0.0
     if every > 1:
@@ -228,6 +235,15 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
         st.caption(f"{outside:.1%} of the draws lie outside the plotted range.")
     if record.status in FINAL:
         ui.run_status(record)
+
+
+def acceptance_delta(acceptance: float | None, band: tuple | None) -> str | None:
+    """The acceptance tile's coloured note: green inside the kernel's sensible band, red out."""
+    if acceptance is None or band is None:
+        return None
+    lo, hi = band
+    where = "in" if lo <= acceptance <= hi else ("below" if acceptance < lo else "above")
+    return f"{'' if where == 'in' else '-'}{where} its band {lo:g}–{hi:g}"
 
 
 def view_controls(run_id: str) -> tuple:
