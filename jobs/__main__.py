@@ -570,7 +570,7 @@ def _slots(text: str) -> int:
 def cmd_worker(args: argparse.Namespace, store: Store) -> int:
     from .worker import supervise
 
-    supervise(str(store.home), slots=args.slots, once=args.once)
+    supervise(str(store.home), slots=args.slots, once=args.once, owner=args.owner)
     return 0
 
 
@@ -681,9 +681,13 @@ def main(argv: list[str] | None = None) -> int:
     surf.add_argument("--json", action="store_true")
     worker = sub.add_parser("worker")
     worker.add_argument(
-        "--slots", type=_slots, help="runs at once, >= 1 (default: one per GPU, or cores/2)"
+        "--slots", type=_slots, help="runs at once, >= 1 (default: one per GPU, or one per core)"
     )
     worker.add_argument("--once", action="store_true", help="exit when the queue is empty")
+    worker.add_argument(
+        "--owner",
+        help="PID:START of the process that started it (the app): stop when it is gone",
+    )
     args = parser.parse_args(argv)
     try:
         store = Store()

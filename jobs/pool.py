@@ -101,8 +101,9 @@ def _exclusive(path: Path):
         conn.close()  # rolls the empty transaction back: the lock is free
 
 
-def ensure_supervisor(store: Store, slots: int | None = None) -> int:
-    """The pid of the store's supervisor, started (detached) when none is alive."""
+def ensure_supervisor(store: Store, slots: int | None = None, owned: bool = False) -> int:
+    """The pid of the store's supervisor, started (detached) when none is alive; ``owned``: it
+    stops (its runs end interrupted) when this process ends."""
     with _exclusive(store.home / "supervisor.lock.sqlite"):  # two app sessions start one pool
         pid = supervisor_pid(store)
         if pid is not None:
@@ -113,6 +114,8 @@ def ensure_supervisor(store: Store, slots: int | None = None) -> int:
         command = [sys.executable, "-m", "jobs", "worker"]
         if slots:
             command += ["--slots", str(slots)]
+        if owned:
+            command += ["--owner", f"{os.getpid()}:{_started(os.getpid())}"]
         # not in the app's process group, so a Ctrl-C there spares it
         if os.name == "nt":
             detach = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}

@@ -39,15 +39,16 @@ def cores() -> int:
 
 
 def default_slots() -> tuple[int, int]:
-    """(runs at once, torch threads per run): one per GPU; on CPU, cores shared without
-    oversubscription (two threads per run, since one chain-batched run already uses them)."""
+    """(runs at once, torch threads per run): one per GPU; on CPU one single-threaded run per
+    core, so runs submitted together (Compare's samplers) progress side by side. A small
+    chain-batched run gains nothing from a second thread (bench/RESULTS.md), and a single
+    run alone still has its core to itself."""
     import torch
 
     n = cores()
     if torch.cuda.is_available():
         return torch.cuda.device_count(), max(1, n // torch.cuda.device_count())
-    slots = max(1, n // 2)
-    return slots, max(1, n // slots)
+    return n, 1
 
 
 def run_one(store: Store, record, threads: int | None = None) -> None:
@@ -148,10 +149,13 @@ def _orphaned(parent: int) -> bool:
     return os.getppid() != parent if os.name == "posix" else not _pid_alive(parent)
 
 
-def supervise(home: str | None = None, slots: int | None = None, once: bool = False) -> None:
+def supervise(
+    home: str | None = None, slots: int | None = None, once: bool = False, owner: str | None = None
+) -> None:
     """Keep up to ``slots`` workers busy while runs are queued; with ``once``, return when the
     queue is empty and no worker is left (tests, scripts), else serve until interrupted, with
-    one warm worker always waiting."""
+    one warm worker always waiting. ``owner`` ("pid:start", the app that started it): stop as
+    on Ctrl-C once that process is gone, so stopping the app stops its workers."""
     if slots is not None and slots < 1:
         raise SpecError("slots", f"must be an integer >= 1 (runs at once), got {slots}")
     store = Store(home)
@@ -171,6 +175,8 @@ def supervise(home: str | None = None, slots: int | None = None, once: bool = Fa
     cancel_seen: dict[str, float] = {}
     try:
         while True:
+            if owner is not None and not _owner_alive(owner):
+                raise KeyboardInterrupt
             store.mark_stale(STALE_S)
             workers = [w for w in workers if w.is_alive()]
             queued = store.list("queued")
@@ -188,6 +194,15 @@ def supervise(home: str | None = None, slots: int | None = None, once: bool = Fa
             process.terminate()
             process.join(10)
         store.mark_stale(STALE_S)  # their pids are gone now (joined)
+
+
+def _owner_alive(owner: str) -> bool:
+    """Whether the process "pid:start" still runs (the same one: its start time agrees)."""
+    from .pool import _started  # pool imports this module
+
+    pid, _, started = owner.partition(":")
+    now = _started(int(pid))  # None where it cannot be read: the pid alone decides then
+    return _pid_alive(int(pid)) and (now is None or started == "None" or now == started)
 
 
 def enforce_cancels(store: Store, workers: list, seen: dict[str, float]) -> None:

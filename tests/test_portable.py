@@ -60,9 +60,8 @@ def test_core_count_and_default_slots_without_affinity(stripped, monkeypatch):
     if torch.cuda.is_available():
         gpus = torch.cuda.device_count()
         assert default_slots() == (gpus, max(1, n // gpus))
-    else:
-        slots = max(1, n // 2)
-        assert default_slots() == (slots, max(1, n // slots))
+    else:  # one single-threaded run per core: runs submitted together go side by side
+        assert default_slots() == (n, 1)
     monkeypatch.setattr(os, "cpu_count", lambda: 5)
     assert cores() == 5  # before 3.13: every core
     monkeypatch.setattr(os, "process_cpu_count", lambda: 3, raising=False)

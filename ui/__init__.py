@@ -20,10 +20,14 @@ from jobs.worker import cores
 from .live import Live, poll, progress_bar, run_label, run_status, stop_polling, sweep_progress
 from .widgets import (
     DONE,
+    OVER_BUDGET,
     STEP_COLUMN,
     WARNING,
+    budget_gate,
+    formula_warning,
     keep_values,
     kept,
+    number_field,
     param_inputs,
     parse_grid,
     plain,
@@ -32,14 +36,18 @@ from .widgets import (
 
 __all__ = [
     "DONE",
+    "OVER_BUDGET",
     "STEP_COLUMN",
     "WARNING",
     "Live",
     "await_first_records",
+    "budget_gate",
     "device_name",
     "ensure_pool",
+    "formula_warning",
     "keep_values",
     "kept",
+    "number_field",
     "param_inputs",
     "parse_grid",
     "plain",
@@ -67,10 +75,12 @@ def store() -> Store:
 
 
 def ensure_pool() -> int | None:
-    """Start (or find) the worker supervisor; the app itself never runs a sampler."""
+    """Start (or find) the worker supervisor; the app itself never runs a sampler. Workers the
+    app starts stop with it (their runs end interrupted, resumable) unless BASIN_KEEP_WORKERS=1
+    keeps them running after the app stops."""
     if os.environ.get("BASIN_NO_WORKERS") == "1":  # a store served by someone else's workers
         return supervisor_pid(store())
-    return ensure_supervisor(store())
+    return ensure_supervisor(store(), owned=os.environ.get("BASIN_KEEP_WORKERS") != "1")
 
 
 @st.cache_resource
@@ -139,11 +149,15 @@ def sidebar() -> None:
     @st.fragment(run_every=2.0)
     def badge() -> None:
         s = store()
-        running, queued = len(s.list("running")), len(s.list("queued"))
+        running, queued = s.list("running"), len(s.list("queued"))
         pid = supervisor_pid(s)
         st.caption(f"**Device** {device_name()}")
         st.caption(f"**Workers** {'running (pid ' + str(pid) + ')' if pid else 'stopped'}")
-        st.caption(f"**Runs** {running} running, {queued} queued")
+        st.caption(f"**Runs** {len(running)} running, {queued} queued")
+        for record in running[:8]:  # side by side: one per core
+            done = record.progress.get("steps_done") or 0
+            total = record.progress.get("steps_total") or record.spec.get("steps") or 1
+            st.caption(f"{run_label(record)} · {min(100, 100 * done // total)}%")
 
     with st.sidebar:
         badge()
