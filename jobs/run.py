@@ -28,6 +28,7 @@ from . import verdict
 from .spec import Estimate, RunSpec, build, estimate
 from .store import Progress, Store
 
+ANIMATED_CHAINS = 8  # chains traced for the animation (a teacher's view: up to 8)
 FLUSH_SECONDS = 0.5  # records reach the store (and the live view) at least this often
 FLUSH_BYTES = 32 << 20  # and whenever this much is held
 # "auto" compiles a run whose eager remainder would take longer than this: a compile takes
@@ -120,6 +121,7 @@ def execute(
         done = first + info.loss.shape[0]
         due = done % spec.flush_every == 0 if spec.flush_every else first == 0
         late = time.perf_counter() - last_flush >= FLUSH_SECONDS
+        late |= recorder.traced == recorder.trace_steps > recorder.trace_written  # the whole trace
         if due or late or recorder.kept_bytes >= FLUSH_BYTES:
             recorder.flush()
             for observer in observers.values():
@@ -131,7 +133,8 @@ def execute(
                 last_report, since = last_flush, done
 
     for first, n in plan(spec.steps, noise.length, spec.flush_every):
-        whole = chunk is not None and chunk.ready and n == noise.length
+        traced = first < recorder.trace_steps  # the animation's steps: eager, every proposal
+        whole = chunk is not None and chunk.ready and n == noise.length and not traced
         tic = time.perf_counter()
         # eager blocks go in pieces: a compile in the background slows them (see EAGER_PIECE)
         piece = n if whole else EAGER_PIECE
@@ -143,7 +146,10 @@ def execute(
             if whole:
                 state, info = chunk(state, draws)
             else:
-                state, info = kernel.eager(state, target, draws, positions)
+                before = state.position
+                state, info = kernel.eager(state, target, draws, positions, traced)
+                if traced:
+                    recorder.keep_trace(start, before, info)
             record(start, info)
         if stopped:
             break
@@ -218,6 +224,11 @@ class Recorder:
         draws = max(est.records - self.burn, 1)
         self.diagnosed = diagnostics.diagnosed_chains(spec.chains, draws)
         self.first_draws: list[torch.Tensor] = []  # [n, k, d] of the first chains (ESS, R-hat)
+        # the animation's steps: position [T + 1, k, d], proposal, accepted and path per step
+        self.trace_steps = min(spec.record.animate, spec.steps) if est.positions == "all" else 0
+        self.trace: dict[str, list[np.ndarray]] = {}
+        self.traced = 0  # steps traced so far
+        self.trace_written = 0  # of them, in the store
 
     def keep(self, first_step: int, info) -> None:
         thin, steps, position = self.spec.thin, info.loss.shape[0], info.position
@@ -259,7 +270,34 @@ class Recorder:
             self.sums[name] = self.sums[name] + total if name in self.sums else total
         self.kept_after_burn += len(kept["loss"]) - min(skip, len(kept["loss"]))
 
+    def keep_trace(self, first_step: int, before: torch.Tensor, info) -> None:
+        """Keep the traced steps of a piece (those below ``trace_steps``) for the first
+        ANIMATED_CHAINS chains: every proposal, accepted or not, and an integrator's path."""
+        k, rows = ANIMATED_CHAINS, min(info.loss.shape[0], self.trace_steps - first_step)
+        if rows <= 0:
+            return
+        parts = {
+            "proposal": info.proposal[:rows, :k],
+            "accepted": info.accepted[:rows, :k],
+            "position": info.position[:rows, :k],
+        }
+        if info.path is not None:
+            parts["path"] = info.path[:rows, :k]
+        if not self.trace:
+            self.trace["position"] = [before[None, :k].cpu().numpy()]
+        for name, value in parts.items():
+            self.trace.setdefault(name, []).append(value.cpu().float().numpy())
+        self.traced = first_step + rows
+
+    def _flush_trace(self) -> None:
+        """The trace so far, as side arrays replaced whole (small: ~1 MB at 1000 steps)."""
+        if self.traced > self.trace_written:
+            for name, parts in self.trace.items():
+                self.store.put_array(self.run_id, f"trace.{name}", np.concatenate(parts))
+            self.trace_written = self.traced
+
     def flush(self) -> None:
+        self._flush_trace()
         if self.pending:
             parts = {
                 name: [p[name].cpu().numpy() for p in self.pending] for name in self.pending[0]

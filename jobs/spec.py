@@ -88,6 +88,9 @@ class Record(_Model):
     positions: Literal["auto", "all", "projection", "none"] = "auto"  # auto: all when d <= 64
     projection_dim: int = Field(8, ge=1, le=64)  # dims of the random projection when d > 64
     snapshots: int = Field(200, ge=0, le=10_000)  # thinned full positions for PCA when d > 64
+    # the first steps of the first ANIMATED_CHAINS chains traced with every proposal (and
+    # HMC/NUTS path), for the pages' animation; 0: none. Runs recording all positions only.
+    animate: int = Field(0, ge=0, le=5_000)
 
 
 class LLCOptions(_Model):
