@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from charts.landscape import PALETTE
-from charts.style import LEGEND
+from charts.style import FONT, LEGEND
 
 ACCEPTED, REJECTED = "#2ca02c", "#d62728"
 
@@ -81,7 +81,8 @@ def density_figure(
                 x=cloud[:, 0],
                 y=cloud[:, 1],
                 mode="markers",
-                marker={"size": 3, "color": "rgba(40, 40, 40, 0.35)"},
+                # orange on the blue fill: visible on the darkest contours too
+                marker={"size": 4, "color": "rgba(255, 127, 14, 0.55)"},
                 name="draws",
                 hoverinfo="skip",
             )
@@ -119,9 +120,17 @@ def density_figure(
     fig.update_layout(
         title=title,
         height=height,
-        xaxis={"title": labels[0], "range": [float(v) for v in view[0]]},
-        yaxis={"title": labels[1], "range": [float(v) for v in view[1]]},
+        # one scale on both axes: the donut is a ring, not an ellipse
+        xaxis={"title": labels[0], "range": [float(v) for v in view[0]], "constrain": "domain"},
+        yaxis={
+            "title": labels[1],
+            "range": [float(v) for v in view[1]],
+            "scaleanchor": "x",
+            "scaleratio": 1,
+            "constrain": "domain",
+        },
         legend=LEGEND,
+        font=FONT,
         margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
     )
     return fig
@@ -158,6 +167,7 @@ def trace_figure(
     fig.update_layout(
         title=title,
         height=height,
+        font=FONT,
         xaxis={"title": x_title},
         yaxis={"title": y_title, **({"range": list(y_range)} if y_range is not None else {})},
         legend=LEGEND,
@@ -250,6 +260,7 @@ def histogram_figure(
         bargap=0,
         xaxis={"title": x_title, "range": [float(edges[0]), float(edges[-1])]},
         yaxis={"title": "probability density"},
+        font=FONT,
         legend=LEGEND,  # inside the plot it covered the peak of a narrow marginal
         margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
     )

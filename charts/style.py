@@ -11,3 +11,6 @@ LEGEND = {
     "xanchor": "left",
     "x": 0,
 }
+
+# Axis titles and ticks readable on a projector at the back of a room.
+FONT = {"size": 15}

@@ -132,7 +132,24 @@ def highlighted(rows: list[dict], flags: list, digits: int = 3):
         return [level(i, column.name) for i in range(len(column))]
 
     numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])]
-    return frame.style.apply(tint).format(f"{{:.{digits}g}}", subset=numeric, na_rep="–")
+    formats = {
+        c: (lambda v: rounded(v, 0)) if c.startswith("ESS") else (lambda v: rounded(v, digits))
+        for c in numeric
+    }
+    return frame.style.apply(tint).format(formats, na_rep="–")
+
+
+def rounded(value, digits: int = 3) -> str:
+    """A table number at its precision: counts, ESS (``digits`` 0) and numbers of more than
+    ``digits`` integer digits as integers (1,234, not 1.23e+03), others to ``digits``
+    significant figures."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if digits == 0:
+        return f"{round(value):,}"
+    if (float(value).is_integer() and abs(value) >= 1) or abs(value) >= 10**digits:
+        return f"{round(value):,}"
+    return f"{value:.{digits}g}"
 
 
 def json_safe(value):
