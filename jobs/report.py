@@ -1,7 +1,7 @@
 """What the pages compute, headless: the density a 2-D run is drawn on, the exact tails and
 moments a run is compared against, the Playground's diagnostics table (which
-``python -m jobs show ID --diagnostics`` prints), the Compare page's row per sampler, the
-step-by-step replay, and the Networks page's LLC tables.
+``python -m jobs show ID --diagnostics`` prints), the Compare page's row per sampler with its
+cells' flags, and the Networks page's LLC tables.
 
 Plain functions of a run's record, its records and its target; nothing here imports Streamlit
 or caches (the app caches what it calls, in ``ui.truths``).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -412,95 +412,6 @@ def run_groups(runs: list, keep: Callable[[dict], bool]) -> list[list]:
         else:
             groups.append([run])
     return list(reversed(groups))
-
-
-# -- the step-by-step replay -------------------------------------------------------------------
-
-
-class Replay:
-    """The replay's state machine over ``state`` (the page's session state): the record shown
-    (``record_key``, the slider's key), the run playing (``play_key``) and the last user action
-    (``acted_key``). A rerun no action caused is a timer tick: it moves one record on and stops
-    at the end. One the user caused (Back, Step, Pause, the slider) is not: counting it as a
-    tick too made Back while playing do nothing and Pause go one record further."""
-
-    def __init__(self, state: MutableMapping, run_id: str, last: int, prefix: str = "pg"):
-        self.state, self.run_id, self.last = state, run_id, last
-        self.record_key = f"{prefix}.replay.{run_id}"
-        self.play_key, self.acted_key = f"{prefix}.playing", f"{prefix}.replay_acted"
-
-    @property
-    def record(self) -> int:
-        return self.state.get(self.record_key, 0)
-
-    @property
-    def playing(self) -> bool:
-        return self.state.get(self.play_key) == self.run_id
-
-    def begin(self) -> bool:
-        """Once per rerun, before drawing: True when the page must rerun in full (the timer
-        starts or stops, and it is set outside the replay)."""
-        user = self.state.pop(self.acted_key, None)
-        if self.playing and not user:
-            self.state[self.record_key] = min(self.record + 1, self.last)
-            if self.record >= self.last:
-                self.state[self.play_key] = None
-                return True
-        return user == "play"
-
-    def move(self, delta: int) -> None:
-        """Back (-1) or Step (+1), within the recorded steps."""
-        self.state[self.record_key] = int(np.clip(self.record + delta, 0, self.last))
-        self.state[self.acted_key] = "move"
-
-    def toggle(self) -> None:
-        """Play, or Pause where it is."""
-        self.state[self.play_key] = None if self.playing else self.run_id
-        self.state[self.acted_key] = "play"
-
-    def slid(self) -> None:
-        """The slider moved (its value is the record already)."""
-        self.state[self.acted_key] = "move"
-
-
-def replay_step(data: dict, k: int, chains: int, trail: int, labels: list, mh: bool) -> dict:
-    """Record ``k`` of the first ``chains`` chains: their last ``trail`` positions, each
-    chain's verdict (MH kernels, else None), the step it is after (from 1) and a row per chain
-    of where it was, where it is, how far it moved and its loss."""
-    position = data["position"]
-    accepted = data["accepted"][k, :chains] > 0.5 if mh else None
-    before = position[k - 1, :chains] if k else np.full((chains, 2), np.nan)
-    after = position[k, :chains]
-    rows = {
-        "chain": list(range(chains)),
-        f"{labels[0]} before": before[:, 0],
-        f"{labels[1]} before": before[:, 1],
-        f"{labels[0]} after": after[:, 0],
-        f"{labels[1]} after": after[:, 1],
-        "move length": np.linalg.norm(after - before, axis=-1),
-        "L after": data["loss"][k, :chains],
-    }
-    if accepted is not None:
-        rows["accepted"] = accepted
-    return {
-        "positions": position[max(0, k - trail) : k + 1, :chains],
-        "accepted": accepted,
-        "step": int(data["step"][k]) + 1,
-        "rows": rows,
-    }
-
-
-def around(positions: np.ndarray, bounds) -> tuple:
-    """Axes that frame ``positions`` [..., 2] with a margin (at least 5% of the bounds)."""
-    out = []
-    for i, (lo, hi) in enumerate(bounds):
-        x = positions[..., i][np.isfinite(positions[..., i])]
-        if not x.size:
-            out.append((lo, hi))
-            continue
-        pad = max(0.3 * (x.max() - x.min()), 0.05 * (hi - lo))
-        out.append((x.min() - pad, x.max() + pad))
-    return tuple(out)
 
 
 # -- networks and the LLC ----------------------------------------------------------------------

@@ -260,3 +260,75 @@ def probe(formula: str, dim: int | None = None) -> None:
             f"unbounded below: it falls to {largest:.3g} at |w| ~ 1e4 (from {middle:.3g} at "
             "|w| ~ 1e2), so exp(-U) cannot be normalised; add a term that grows, e.g. + x**2",
         )
+
+
+# The normalisability check below: shells |w| = R 2^k beyond the plot (R its half-width), far
+# enough out that a thin curved valley, the default formula's y = x**2, has turned upwards
+# (from 3 to 384 for the plot's +-3; the default's bound only falls until ~50), and the points
+# on each: a dense circle in the plane, else seeded directions and both signs of every axis.
+NORM_SHELLS = 8
+NORM_DIRECTIONS = 4096
+NORM_BAND = 0.1  # the plot's edge band, a tenth of each side's range: 36% of its area
+
+
+def normalisable(formula: str, dim: int | None = None, bounds: tuple | None = None) -> str | None:
+    """Why exp(-U) of ``formula`` may not be normalisable (a warning, for before a run), or
+    None where nothing says so. FormulaError where it does not compile.
+
+    On the shell |w| = r, exp(-U) is at most exp(-m(r)), m(r) the lowest U there, so the
+    shell's share of the mass per unit of log r is at most ~r^d exp(-m(r)). Where that bound
+    decays, s(r) = m(r) - d log r rising, the integral converges: it is flagged unless s rises
+    at the two outermost doublings of r. U that does not grow along some direction (x**2 in
+    the plane, flat in y), grows no faster than d log r (log(1 + x**2 + y**2)) or falls (x*y)
+    is flagged. Sampled points can miss a narrow valley, so a pass is no proof; a flag on a
+    normalisable U means its mass lies beyond ~128 R. The message adds what quadrature on the
+    plot's grid sees: the share of exp(-U) on ``bounds`` that lies in their edge band."""
+    energy, dim = compile_formula(formula, dim)
+    half = max((abs(float(v)) for pair in bounds for v in pair), default=3.0) if bounds else 3.0
+    if dim == 1:
+        directions = torch.tensor([[1.0], [-1.0]], dtype=torch.float64)
+    elif dim == 2:
+        angle = torch.arange(NORM_DIRECTIONS, dtype=torch.float64) * (2 * math.pi / NORM_DIRECTIONS)
+        directions = torch.stack([angle.cos(), angle.sin()], -1)
+    else:
+        g = torch.Generator().manual_seed(0)
+        draws = torch.randn(NORM_DIRECTIONS, dim, generator=g, dtype=torch.float64)
+        axes = torch.eye(dim, dtype=torch.float64)
+        directions = torch.cat([draws / draws.norm(dim=-1, keepdim=True), axes, -axes])
+    radii = [half * 2**k for k in range(NORM_SHELLS)]
+    lows = []
+    with torch.no_grad():
+        for r in radii:
+            u = energy(r * directions)
+            lows.append(float(torch.where(u.isnan(), math.inf, u).min()))  # NaN: no mass
+    bound = [m - dim * math.log(r) for m, r in zip(lows, radii, strict=True)]
+    if all(b == math.inf or b > a for a, b in zip(bound[-3:-1], bound[-2:], strict=True)):
+        return None
+    message = (
+        f"exp(-U) may not be normalisable: the lowest U on the sphere |w| = r goes from "
+        f"{lows[0]:.3g} at r = {radii[0]:g} to {lows[-1]:.3g} at r = {radii[-1]:g}, which does "
+        f"not outgrow {dim} log r (the sphere's growth), so chains can drift off without bound"
+    )
+    if dim == 2 and bounds is not None:
+        message += f"; {edge_share(energy, bounds):.0%} of exp(-U) on the plot lies in its "
+        message += f"outer tenth (a flat U puts {1 - (1 - 2 * NORM_BAND) ** 2:.0%} there)"
+    term = "(x**2 + y**2) / 100" if dim == 2 else "a square of every coordinate / 100"
+    return f"{message}. Add a term that grows in every direction, e.g. + {term}"
+
+
+def edge_share(energy: Compiled, bounds: tuple, points: int = 161) -> float:
+    """The share of exp(-U) over the rectangle ``bounds`` (a ``points`` x ``points`` grid) that
+    lies in its edge band (NORM_BAND of each side's range)."""
+    (x0, x1), (y0, y1) = bounds
+    xs = torch.linspace(x0, x1, points, dtype=torch.float64)
+    ys = torch.linspace(y0, y1, points, dtype=torch.float64)
+    grid = torch.stack(torch.meshgrid(xs, ys, indexing="ij"), -1).reshape(-1, 2)
+    with torch.no_grad():
+        u = energy(grid).reshape(points, points)
+    u = torch.where(u.isnan(), math.inf, u)
+    finite = u[u.isfinite()]
+    if not finite.numel():
+        return 0.0
+    p = torch.exp(-(u - finite.min()))
+    k = round(NORM_BAND * (points - 1))
+    return float(1 - p[k : points - k, k : points - k].sum() / p.sum())

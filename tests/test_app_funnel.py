@@ -66,8 +66,8 @@ def test_run_queues_the_papers_protocol_one_run_per_metric(no_workers):
         )
     assert float(at.text_input(key="fun.monge.sgrld.alpha2").value) == 0.1
 
-    at.number_input(key="fun.chains").set_value(4)
-    at.number_input(key="fun.steps").set_value(2000)
+    at.text_input(key="fun.chains").input("4")
+    at.text_input(key="fun.steps").input("2000")
     at.text_input(key="fun.shampoo.sgrld.step_size").input("-1").run()
     at.button(key="fun.run").click().run()
     assert any("step_size" in e for e in errors(at)) and Store(no_workers).list() == []
@@ -87,8 +87,8 @@ def test_run_queues_the_papers_protocol_one_run_per_metric(no_workers):
 def test_a_finished_experiment_shows_its_histograms_and_tails(no_workers):
     at = page("funnel")
     at.multiselect(key="fun.metrics").set_value(["identity", "monge"]).run()
-    at.number_input(key="fun.chains").set_value(4)
-    at.number_input(key="fun.steps").set_value(300)
+    at.text_input(key="fun.chains").input("4")
+    at.text_input(key="fun.steps").input("300")
     at.button(key="fun.run").click().run()
     store = Store(no_workers)
     runs = {r.spec["sampler"]["params"]["metric"]: r for r in run_all(store)}

@@ -46,7 +46,7 @@ def titled(at, prefix: str) -> dict:
 def small_rrr(at):
     """rrr on 1000 points from its true point (no training), 2 chains x 200 steps."""
     at.selectbox(key="net.target_name").set_value("rrr").run()
-    at.number_input(key="net.target.rrr.n").set_value(1000)
+    at.text_input(key="net.target.rrr.n").input("1000")
     at.selectbox(key="net.llc.rrr.w0").set_value("truth")
     at.number_input(key="net.chains").set_value(2)
     at.number_input(key="net.steps").set_value(200)

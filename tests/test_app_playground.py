@@ -137,8 +137,8 @@ def test_playground_run_shows_the_funnel_neck_against_the_exact_marginal(home):
     at.selectbox(key="pg.target_name").select("funnel").run()
     at.selectbox(key="pg.sampler_name").select("mala").run()
     at.text_input(key="pg.sampler.mala.step_size").input("0.3").run()
-    at.number_input(key="pg.chains").set_value(16).run()
-    at.number_input(key="pg.steps").set_value(300).run()
+    at.text_input(key="pg.chains").input("16").run()
+    at.text_input(key="pg.steps").input("300").run()
     at.button(key="pg.run").click().run()
     assert not errors(at), errors(at)
     (run,) = Store(home).list()
@@ -168,23 +168,11 @@ def test_playground_run_shows_the_funnel_neck_against_the_exact_marginal(home):
     np.testing.assert_allclose(table["R-hat"], summary["coordinates"]["rhat"])
     assert table["exact P(< t)"][1] == pytest.approx(0.158655, abs=1e-5)  # P(v < -3) = Phi(-1)
 
-    # Step-by-step replay: record 1's verdicts are the store's.
-    at.toggle(key="pg.replay_on").set_value(True).run()
-    assert at.select_slider(key="pg.pace").value == 0.6  # slow motion: seconds per step
-    at.button(key=f"pg.step.{run.id}").click().run()
-    accepted = Store(home).read(run.id, names=["accepted"])["accepted"][1, :8] > 0.5
-    assert any(f"{int(accepted.sum())} of 8 chains accepted" in m.value for m in at.markdown)
+    # The animated view: the first steps traced with every proposal, played in the browser
+    # (tests/test_browser_animation.py plays it)
+    assert run.spec["record"]["animate"] == 300  # every step of this 300-step run
+    assert any(c.value.startswith("**Animated**: the first 300 steps") for c in at.caption)
     assert not errors(at), errors(at)
-    # Playing, each of the user's clicks does what it says: the timer's tick alone moves on
-    replayed = f"pg.replay.{run.id}"
-    at.button(key=f"pg.play.{run.id}").click().run()  # the timer's first tick comes at once
-    assert at.session_state["pg.playing"] == run.id and at.session_state[replayed] == 2
-    at.run()  # a tick
-    assert at.session_state[replayed] == 3
-    at.button(key=f"pg.back.{run.id}").click().run()
-    assert at.session_state[replayed] == 2  # it once stayed at 3: back, then the tick's step
-    at.button(key=f"pg.play.{run.id}").click().run()  # pause: where it is
-    assert at.session_state["pg.playing"] is None and at.session_state[replayed] == 2
 
 
 def test_a_run_whose_every_chain_diverged_says_so(home):
@@ -192,8 +180,8 @@ def test_a_run_whose_every_chain_diverged_says_so(home):
     chain's loss overflows float32 within ~110 steps; the page says that nothing is left."""
     at = page("playground")
     at.text_input(key="pg.sampler.sgld.step_size").input("5").run()
-    at.number_input(key="pg.chains").set_value(4).run()
-    at.number_input(key="pg.steps").set_value(300).run()
+    at.text_input(key="pg.chains").input("4").run()
+    at.text_input(key="pg.steps").input("300").run()
     at.button(key="pg.run").click().run()
     (run,) = wait_for_runs(home, 1)
     assert run.status == "completed" and run.summary["diverged_chains"] == 4, run
@@ -210,8 +198,8 @@ def test_a_run_of_a_kernel_with_a_known_bias_says_so_instead_of_a_green_complete
     the page warns about the bias rather than reporting a plain success."""
     at = page("playground")
     at.selectbox(key="pg.sampler_name").select("rmsprop-sgld").run()
-    at.number_input(key="pg.chains").set_value(4).run()
-    at.number_input(key="pg.steps").set_value(100).run()
+    at.text_input(key="pg.chains").input("4").run()
+    at.text_input(key="pg.steps").input("100").run()
     at.button(key="pg.run").click().run()
     (run,) = wait_for_runs(home, 1)
     assert run.status == "completed" and run.summary["warnings"][0]["code"] == "dropped_gamma"
@@ -235,9 +223,9 @@ def test_compare_runs_each_sampler_on_one_budget(home):
     assert any("step_size" in e for e in errors(at)), errors(at)
     at.button(key="cmp.run").click().run()
     assert any("hmc" in e for e in errors(at)) and Store(home).list() == []
-    at.number_input(key="cmp.target.funnel.dim").set_value(2).run()
-    at.number_input(key="cmp.chains").set_value(16).run()
-    at.number_input(key="cmp.steps").set_value(300).run()
+    at.text_input(key="cmp.target.funnel.dim").input("2").run()
+    at.text_input(key="cmp.chains").input("16").run()
+    at.text_input(key="cmp.steps").input("300").run()
     at.multiselect(key="cmp.samplers").set_value(["mala", "rwmh"]).run()
     at.text_input(key="cmp.sampler.rwmh.step_size").input("1").run()
     at.button(key="cmp.run").click().run()
@@ -318,9 +306,9 @@ def test_compare_offers_sgrld_s_metrics_and_labels_them_apart(home, monkeypatch)
     assert {f"sgrld · {m}" for m in ("identity", "rmsprop", "wenzel", "monge", "shampoo")} <= set(
         options
     )
-    at.number_input(key="cmp.target.funnel.dim").set_value(2).run()
-    at.number_input(key="cmp.chains").set_value(4).run()
-    at.number_input(key="cmp.steps").set_value(200).run()
+    at.text_input(key="cmp.target.funnel.dim").input("2").run()
+    at.text_input(key="cmp.chains").input("4").run()
+    at.text_input(key="cmp.steps").input("200").run()
     at.multiselect(key="cmp.samplers").set_value(["sgrld · identity", "sgrld · monge"]).run()
     skip = registry_labels(samplers.REGISTRY["sgrld"], skip=("metric",))
     for metric in ("identity", "monge"):  # the metric is the entry's: no widget for it

@@ -1,6 +1,6 @@
 """jobs.report, the headless numbers the pages draw, against values computed here: runs whose
 records this file writes through the Store (known numpy draws, no sampler), ESS and R-hat by
-ArviZ, KS by scipy, the funnel's closed forms; the replay's state machine; and
+ArviZ, KS by scipy, the funnel's closed forms; and
 ``python -m jobs show ID --diagnostics``, which prints the same table."""
 
 from __future__ import annotations
@@ -159,58 +159,6 @@ def test_exact_tails_and_moments_of_a_gaussian():
     draws = np.random.default_rng(1).normal(size=(5000, 2))
     assert report.exact_tail(funnel, draws, 0, 0.3) == np.mean(draws[:, 0] < 0.3)
     assert report.exact_tail(funnel, None, 0, 0.3) is None
-
-
-def test_the_replay_state_machine():
-    state: dict = {}
-    replay = report.Replay(state, "r1", last=5)
-    assert replay.record == 0 and not replay.playing and replay.begin() is False
-    replay.move(-1)  # clipped at the first record
-    assert replay.begin() is False and replay.record == 0
-    replay.move(1)
-    assert replay.begin() is False and replay.record == 1  # a click is not a tick
-    replay.toggle()  # play: the page reruns in full to start its timer...
-    assert replay.playing and replay.begin() is True and replay.record == 1
-    assert replay.begin() is False and replay.record == 2  # ...whose first tick comes at once
-    assert replay.begin() is False and replay.record == 3  # a tick
-    replay.move(-1)  # back while playing: back, and no tick with it
-    assert replay.begin() is False and replay.record == 2
-    replay.toggle()  # pause where it is
-    assert not replay.playing and replay.begin() is True and replay.record == 2
-    assert replay.begin() is False and replay.record == 2  # paused: no ticks
-    state[replay.record_key] = 4  # the slider
-    replay.slid()
-    assert replay.begin() is False and replay.record == 4
-    replay.toggle()
-    assert replay.begin() is True
-    assert replay.begin() is True and replay.record == 5 and not replay.playing  # the end stops
-    assert state["pg.playing"] is None
-    replay.move(9)
-    assert replay.record == 5
-    other = report.Replay(state, "r2", last=5)  # another run's replay is not playing
-    state["pg.playing"] = "r1"
-    assert not other.playing and other.record == 0
-
-
-def test_a_replayed_step_says_which_chains_moved_and_which_stayed():
-    rng = np.random.default_rng(2)
-    position = rng.normal(size=(6, 3, 2))
-    accepted = np.array([[1, 0, 1]] * 6, np.float32)
-    data = {"step": np.arange(6) * 10, "position": position, "accepted": accepted}
-    data["loss"] = rng.normal(size=(6, 3))
-    now = report.replay_step(data, 4, 2, trail=2, labels=["x", "y"], mh=True)
-    np.testing.assert_array_equal(now["positions"], position[2:5, :2])
-    np.testing.assert_array_equal(now["accepted"], [True, False])
-    assert now["step"] == 41
-    np.testing.assert_allclose(
-        now["rows"]["move length"], np.linalg.norm(position[4, :2] - position[3, :2], axis=-1)
-    )
-    np.testing.assert_array_equal(now["rows"]["x after"], position[4, :2, 0])
-    np.testing.assert_array_equal(now["rows"]["L after"], data["loss"][4, :2])
-    first = report.replay_step(data, 0, 3, trail=5, labels=["x", "y"], mh=False)
-    assert first["accepted"] is None and "accepted" not in first["rows"]
-    assert np.isnan(first["rows"]["move length"]).all() and first["positions"].shape == (1, 3, 2)
-    assert report.around(position[:, :1], ((-10, 10), (-10, 10)))[0][0] < position[:, 0, 0].min()
 
 
 def test_the_live_calibration_curve_is_the_charts_mean_over_finite_chains():

@@ -17,7 +17,7 @@ from landscapes import ParamError
 
 from . import store
 from .live import Live, stop_polling
-from .widgets import kept, spec_error
+from .widgets import kept, number_field, spec_error
 
 DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
 
@@ -106,29 +106,47 @@ def network_facts(target: dict) -> dict:
     return report.network_facts(target["name"], target["params"])
 
 
-def run_length(prefix: str) -> dict:
-    """Chains, steps, burn-in, thin and seed of a potential page's runs (RunSpec fields)."""
+def run_length(prefix: str) -> dict | None:
+    """Chains, steps, burn-in, thin and seed of a potential page's runs (RunSpec fields), each
+    typed as text and checked (``number_field``); None after showing under each bad field its
+    name and allowed range, so that Run queues nothing with a value from before."""
+    Param = landscapes.Param
     c1, c2, c3, c4, c5 = st.columns(5)
-    chains = int(c1.number_input("chains", 1, 4096, 32, key=kept(f"{prefix}.chains")))
-    steps = int(c2.number_input("steps", 10, 100_000, 2000, step=100, key=kept(f"{prefix}.steps")))
-    burn_pct = c3.number_input("burn-in (% of steps)", 0, 90, 10, key=kept(f"{prefix}.burn_pct"))
-    auto = report.auto_thin(chains, steps)
-    thin = c4.number_input(
-        "thin (0: auto)",
-        0,
-        100_000,
-        0,
-        key=kept(f"{prefix}.thin"),
-        help=f"Record every k-th step. 0 keeps at most {report.AUTO_DRAWS:.0e} draws: every "
-        f"{auto} step(s) for this run.",
-    )
-    seed = c5.number_input("seed", 0, 2**31 - 1, 0, key=kept(f"{prefix}.seed"))
+    with c1:
+        chains = number_field(
+            Param("chains", "int", 32, "Chains run side by side", 1, 4096), kept(f"{prefix}.chains")
+        )
+    with c2:
+        steps = number_field(
+            Param("steps", "int", 2000, "Steps of every chain", 10, 100_000),
+            kept(f"{prefix}.steps"),
+        )
+    with c3:
+        burn_pct = number_field(
+            Param("burn-in", "int", 10, "Steps left out at the start", 0, 90, unit="% of steps"),
+            kept(f"{prefix}.burn_pct"),
+        )
+    auto = None if chains is None or steps is None else report.auto_thin(chains, steps)
+    with c4:
+        thin = number_field(
+            Param("thin", "int", 0, "Record every k-th step", 0, 100_000, unit="0: auto"),
+            kept(f"{prefix}.thin"),
+            help=f"Record every k-th step. 0 keeps at most {report.AUTO_DRAWS:.0e} draws"
+            + ("." if auto is None else f": every {auto} step(s) for this run."),
+        )
+    with c5:
+        seed = number_field(
+            Param("seed", "int", 0, "Seed of the chains' starts and noise", 0, 2**31 - 1),
+            kept(f"{prefix}.seed"),
+        )
+    if None in (chains, steps, burn_pct, thin, seed):
+        return None
     return {
         "chains": chains,
         "steps": steps,
-        "burn_in": steps * int(burn_pct) // 100,
-        "thin": int(thin) or auto,
-        "seed": int(seed),
+        "burn_in": steps * burn_pct // 100,
+        "thin": thin or auto,
+        "seed": seed,
     }
 
 

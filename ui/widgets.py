@@ -48,8 +48,51 @@ def _help(p: Param) -> str:
     return f"{p.doc}. Allowed: {p.allowed()}."
 
 
-def param_input(p: Param, key: str, default: Any = None) -> Any:
-    """One widget for ``p``; returns the raw value (checked by ``param_inputs``)."""
+def _allowed(p: Param) -> str:
+    """``p.allowed()``, with an int's bounds exact ({:g} shows 2**31 - 1 as 2.14748e+09)."""
+    if p.kind == "int" and p.low is not None and p.high is not None:
+        return f"an integer in [{int(p.low)}, {int(p.high)}]"
+    return p.allowed()
+
+
+def check_number(p: Param, text: str, owner: str = "") -> int | float:
+    """``text`` as the number ``p`` takes, or a ParamError on ``owner.name`` (``name`` without
+    an owner) that says what is allowed and what was typed (an empty field included)."""
+    name = f"{owner}.{p.name}" if owner else p.name
+    text = text.strip()
+    if not text:
+        raise ParamError(name, f"must be {_allowed(p)}; the field is empty")
+    try:
+        return p.check(text, owner or "-")
+    except ParamError:
+        raise ParamError(name, f"must be {_allowed(p)}, got {text!r}") from None
+
+
+def number_field(
+    p: Param, key: str, value: Any = None, owner: str = "", label: str | None = None, help=None
+) -> int | float | None:
+    """``p`` (an int or float, not optional) typed as text: the number ``check_number`` reads,
+    or None after showing under the field the error that names it and its allowed range.
+
+    Every number of a run is typed this way, not in st.number_input: a number typed outside
+    its min/max there only turned the field red, with no text, and Run took the value before."""
+    value = p.default if value is None else value
+    shown = str(int(value)) if p.kind == "int" else f"{value:g}"
+    help_ = help or f"{p.doc}. Allowed: {_allowed(p)}."
+    text = st.text_input(label or _label(p), shown, key=key, help=help_)
+    try:
+        return check_number(p, text, owner)
+    except ParamError as exc:
+        spec_error(exc)
+        return None
+
+
+SHOWN = object()  # ``param_input``'s value for a number whose error is shown under its field
+
+
+def param_input(p: Param, key: str, default: Any = None, owner: str = "") -> Any:
+    """One widget for ``p``; returns the raw value (checked by ``param_inputs``), or a bounded
+    int already checked (``number_field``; SHOWN when it was bad, its error shown)."""
     value = p.default if default is None else default
     label, help_ = _label(p), _help(p)
     if p.kind == "choice":
@@ -57,9 +100,8 @@ def param_input(p: Param, key: str, default: Any = None) -> Any:
     if p.kind == "bool":
         return st.checkbox(label, value=bool(value), key=key, help=help_)
     if p.kind == "int" and not p.optional and p.low is not None and p.high is not None:
-        return st.number_input(
-            label, int(p.low), int(p.high), int(value), step=1, key=key, help=help_
-        )
+        number = number_field(p, key, value, owner)
+        return SHOWN if number is None else number
     if p.kind == "float" and not p.optional and value is not None:
         # Text, not a number_input: step sizes span 1e-8..1, which a spinner cannot edit.
         text = st.text_input(label, f"{value:g}", key=key, help=help_)
@@ -86,12 +128,17 @@ def param_inputs(
     for i, p in enumerate(params):
         with cols[i % columns]:
             default = (defaults or {}).get(p.name)
-            raw[p.name] = param_input(p, kept(f"{key}.{spec.name}.{p.name}"), default)
+            raw[p.name] = param_input(p, kept(f"{key}.{spec.name}.{p.name}"), default, spec.name)
     try:
-        return {name: spec.param(name).check(value, spec.name) for name, value in raw.items()}
+        checked = {
+            name: spec.param(name).check(value, spec.name)
+            for name, value in raw.items()
+            if value is not SHOWN
+        }
     except ParamError as exc:
         spec_error(exc)
         return None
+    return None if any(value is SHOWN for value in raw.values()) else checked
 
 
 def parse_grid(text: str, base: Param, name: str, length: int, owner: str) -> tuple | None:
@@ -169,3 +216,76 @@ def llc_inputs(key: str, target_name: str, truth: bool | None, w0: str | None) -
             f"**llc.w0**: {target_name} has no known truth; use 'train' or 'init'", icon=WARNING
         )
     return options, truth_error
+
+
+# -- Before Run: a run's size and time, and what a typed formula means -------------------------
+
+
+OVER_BUDGET = "Over budget: tick “Run anyway” above, or make the run smaller; nothing was queued."
+
+
+def budget_gate(specs: list[dict], prefix: str, thin: bool = True) -> bool:
+    """Under a page's run-length fields: the size and time of the run (or of the group, which
+    shares one budget) before Run, "~R records x C chains, ~B on disk, ~S s"
+    (``jobs.spec.estimate``, ``jobs.report.estimate_seconds``). Over a budget
+    (``report.over_budget``) it says which and what to lower, and draws a checkbox "Run
+    anyway" (key ``{prefix}.confirm_big``), cleared whenever the size it names changes.
+    Returns whether Run may queue them: within budget, or ticked. ``thin``: whether the page
+    has a thin field to suggest. A spec the RunSpec refuses passes here: Run shows that error
+    (``ui.submit``)."""
+    from jobs import report
+    from jobs.spec import SpecError, estimate, parse_spec
+
+    from . import store  # the package's, at call time: it imports this module
+
+    if not specs:
+        return True
+    size = seconds = 0.0
+    try:
+        for spec in specs:
+            est = estimate(parse_spec(spec))
+            size += est.store_bytes
+            seconds += report.estimate_seconds(spec, store())
+    except (SpecError, ParamError):
+        return True
+    chains = specs[0].get("chains")
+    disk, duration = f"~{_size(size)}", f"~{seconds:,.0f} s"
+    runs = f" in all ({len(specs)} runs)" if len(specs) > 1 else ""
+    st.caption(
+        f"Estimate: ~{est.records:,} records × {chains:,} chains{' per run' if runs else ''}, "
+        f"{disk} on disk, {duration}{runs}."
+    )
+    over = report.over_budget(size, seconds, thin)
+    if not over:
+        return True
+    st.warning("Over budget: " + "; ".join(over) + ".", icon=WARNING)
+    key, label = f"{prefix}.confirm_big", f"Run anyway: {disk}, {duration}"
+    named = f"{key}.named"  # the size a tick confirmed: a bigger run asks again
+    if st.session_state.get(named) != label:
+        st.session_state[named] = label
+        st.session_state[key] = False
+    return st.checkbox(label, key=key)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:,.0f} {unit}" if n >= 10 or unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _normalisable(formula: str, dim: int, bounds: tuple) -> str | None:
+    from landscapes.formula import normalisable
+
+    return normalisable(formula, dim, bounds)
+
+
+def formula_warning(formula: str, dim: int, bounds) -> None:
+    """A warning, where a typed formula's exp(-U) may not be normalisable
+    (``landscapes.formula.normalisable``): said before Run, which stays allowed."""
+    bounds = None if bounds is None else tuple(tuple(map(float, pair)) for pair in bounds)
+    message = _normalisable(formula, dim, bounds)
+    if message:
+        st.warning(f"**custom.formula**: {plain(message)}", icon=WARNING)

@@ -24,8 +24,17 @@ from jobs.report import EXACT_DRAWS, POTENTIALS, labels_of
 from jobs.store import FINAL
 from landscapes import ParamError
 from samplers.explain import explain
+from ui import animate
 from ui.live import watch
-from ui.truths import DEFAULTS, exact_draws, open_group, run_length, tail_ess, target_of
+from ui.truths import (
+    DEFAULTS,
+    density_grid,
+    exact_draws,
+    open_group,
+    run_length,
+    tail_ess,
+    target_of,
+)
 
 # Each sampler, and each variant of one: "sgrld · monge" runs sgrld with its metric widget hidden
 ENTRIES = report.sampler_entries()
@@ -82,23 +91,28 @@ with right:
             sampler_params[entry] = None if params is None else {**params, **fixed}
 
 length = run_length("cmp")
+ready = target_ok and length is not None and all(p is not None for p in sampler_params.values())
+specs = [
+    {
+        "target": {"name": target_name, "params": target_params},
+        "sampler": {"name": ENTRIES[entry][0], "params": sampler_params[entry]},
+        **length,
+        "record": {"animate": animate.traced_steps(length["steps"])},  # the animated view
+    }
+    for entry in (chosen if ready else [])
+]
+confirmed = ui.budget_gate(specs, "cmp")
 
 if st.button("Run all", type="primary", key="cmp.run"):
     if len(chosen) < 2:
         st.error("**samplers**: choose at least two samplers to compare.", icon=ui.WARNING)
-    elif not target_ok or any(p is None for p in sampler_params.values()):
+    elif not ready:
         bad = [name for name, p in sampler_params.items() if p is None]
         where = f" (the parameters of {', '.join(bad)})" if bad else ""
         st.error(f"Fix the fields marked above first{where}; nothing was queued.", icon=ui.WARNING)
+    elif not confirmed:
+        st.error(ui.OVER_BUDGET, icon=ui.WARNING)
     else:
-        specs = [
-            {
-                "target": {"name": target_name, "params": target_params},
-                "sampler": {"name": ENTRIES[entry][0], "params": sampler_params[entry]},
-                **length,
-            }
-            for entry in chosen
-        ]
         ui.submit_group(specs, "cmp.shown")
 
 
@@ -142,6 +156,17 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     exact_all = exact_draws(target.name, params_json)
 
     labels = report.run_labels(records.values())  # "sgrld · monge": a name is not enough
+    if target.dim == 2 and target.bounds is not None:  # the samplers' first steps, animated
+        sp = first["sampler"]["params"]
+        grid = density_grid(target.name, params_json, float(sp.get("nbeta") or target.nbeta), 1.0)
+        animate.player(
+            list(records.values()),
+            list(labels.values()),
+            grid,
+            target.bounds,
+            labels_of(target),
+            True,
+        )
     for run_id, record in records.items():
         st.caption(f"**{ui.plain(labels[run_id])}**")
         ui.progress_bar(record)

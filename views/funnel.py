@@ -20,6 +20,7 @@ import ui
 from charts.table import highlighted
 from jobs import funnel, report
 from jobs.store import FINAL
+from landscapes import Param
 from samplers.explain import explain
 from samplers.sgrld import GAMMA_OMITTED, METRICS
 from ui.live import watch
@@ -77,12 +78,25 @@ if chosen:
         + ". Empty settings are the paper's (the expanders' help says which)."
     )
 c1, c2, c3 = st.columns(3)
-chains = int(c1.number_input("chains", 1, 4096, funnel.CHAINS, key=ui.kept("fun.chains")))
-steps = int(
-    c2.number_input("steps", 100, 2_000_000, funnel.STEPS, step=10_000, key=ui.kept("fun.steps"))
-)
-seed = int(c3.number_input("seed", 0, 2**31 - 1, 1, key=ui.kept("fun.seed")))
+with c1:
+    chains = ui.number_field(
+        Param("chains", "int", funnel.CHAINS, "Chains per metric", 1, 4096), ui.kept("fun.chains")
+    )
+with c2:
+    steps = ui.number_field(
+        Param("steps", "int", funnel.STEPS, "Steps of every chain", 100, 2_000_000),
+        ui.kept("fun.steps"),
+    )
+with c3:
+    seed = ui.number_field(
+        Param("seed", "int", 1, "Seed of the noise, shared by the metrics", 0, 2**31 - 1),
+        ui.kept("fun.seed"),
+    )
 st.caption(f"Burn-in: the first {funnel.BURN_FRACTION:.0%} of the steps. Every step is kept.")
+length_ok = None not in (chains, steps, seed)
+ready = length_ok and all(p is not None for p in params.values())
+specs = [funnel.spec(m, chains, steps, seed, **params[m]) for m in (chosen if ready else [])]
+confirmed = ui.budget_gate(specs, "fun", thin=False)  # every step is kept
 
 if st.button("Run", type="primary", key="fun.run"):
     if not chosen:
@@ -90,8 +104,11 @@ if st.button("Run", type="primary", key="fun.run"):
     elif any(p is None for p in params.values()):
         bad = ", ".join(m for m, p in params.items() if p is None)
         st.error(f"Fix the settings of {bad} first; nothing was queued.", icon=ui.WARNING)
+    elif not length_ok:
+        st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
+    elif not confirmed:
+        st.error(ui.OVER_BUDGET, icon=ui.WARNING)
     else:
-        specs = [funnel.spec(m, chains, steps, seed, **params[m]) for m in chosen]
         ui.submit_group(specs, "fun.shown")
 
 

@@ -24,8 +24,8 @@ from jobs import report, verdict
 from jobs.store import FINAL
 from landscapes import ParamError
 from samplers.explain import POSTERIOR, explain
+from ui import animate
 from ui.live import run_choices, watch
-from ui.replay import replay_section
 from ui.truths import DEFAULTS, density_grid, run_context, run_length, tail_ess, target_of
 
 SAMPLERS = list(samplers.REGISTRY)
@@ -73,6 +73,8 @@ with left:
         else:
             target = built
     preview = st.empty()  # filled below, once the sampler's nbeta and temperature are known
+    if target is not None and target_name == "custom":  # exp(-U) with no normaliser: said now
+        ui.formula_warning(target_params["formula"], target.dim, target.bounds)
 with right:
     sampler_name = st.selectbox("Sampler", SAMPLERS, key=ui.kept("pg.sampler_name"))
     sampler_spec = samplers.REGISTRY[sampler_name]
@@ -101,19 +103,24 @@ if target is not None:
     )
 
 length = run_length("pg")
+spec = None
+if target is not None and sampler_params is not None and length is not None:
+    spec = {
+        "target": {"name": target_name, "params": target_params},
+        "sampler": {"name": sampler_name, "params": sampler_params},
+        **length,
+        "record": {"animate": animate.traced_steps(length["steps"])},  # the animated view
+    }
+confirmed = ui.budget_gate([spec] if spec else [], "pg")
 
 if st.button("Run", type="primary", key="pg.run"):
-    if target is None or sampler_params is None:
+    if spec is None:
         st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
-    else:
-        spec = {
-            "target": {"name": target_name, "params": target_params},
-            "sampler": {"name": sampler_name, "params": sampler_params},
-            **length,
-        }
-        if run_id := ui.submit(spec):
-            st.session_state["pg.shown"] = run_id
-            ui.await_first_records([run_id])
+    elif not confirmed:
+        st.error(ui.OVER_BUDGET, icon=ui.WARNING)
+    elif run_id := ui.submit(spec):
+        st.session_state["pg.shown"] = run_id
+        ui.await_first_records([run_id])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,6 +166,8 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
     if ctx is None:
         return
     data, labels, grid = ctx["data"], ctx["labels"], ctx["grid"]
+    name = report.sampler_label(record.spec)
+    animate.player([record], [name], grid, ctx["target"].bounds, labels, log_scale)
     if not len(data.get("step", ())):
         if record.status in FINAL:
             ui.run_status(record)
@@ -270,7 +279,7 @@ def view_controls(run_id: str) -> tuple:
 
 
 runs = {r.id: r for r in [r for r in store.list() if report.is_playground_run(r.spec)][:30]}
-shown_id, args = watch(
+shown_id, _ = watch(
     "pg",
     "Run shown",
     run_choices(runs.values()),
@@ -280,9 +289,6 @@ shown_id, args = watch(
     0.5,
     controls=view_controls,
 )
-if shown_id is not None:
-    replay_section(*args[:4])
-
 # ---------------------------------------------------------------------------------------------
 # Explanation: of the run shown (else of the sampler picked above).
 
