@@ -104,6 +104,7 @@ def execute(
         basis = projection(spec, est.dim, device, state.position.dtype)
         store.put_array(run_id, "projection", basis.cpu().numpy())
     recorder = Recorder(spec, est, store, run_id, isinstance(kernel, MHKernel), basis)
+    recorder.fractional = kernel.fractional_acceptance
     positions = est.positions != "none"
 
     chunk, compiled, stopped = None, False, False
@@ -208,6 +209,7 @@ class Recorder:
     def __init__(self, spec: RunSpec, est: Estimate, store: Store, run_id: str, mh: bool, basis):
         self.spec, self.est, self.store, self.run_id = spec, est, store, run_id
         self.mh, self.basis = mh, basis
+        self.fractional = False  # ``accepted`` a probability (NUTS), kept as a float
         self.pending: list[dict[str, torch.Tensor]] = []
         self.kept_bytes = 0
         self.records = 0  # records appended so far
@@ -244,8 +246,9 @@ class Recorder:
             return value if thin == 1 else value.index_select(0, rows)
 
         kept = {"step": rows + first_step, "loss": take(info.loss), "diverged": take(info.diverged)}
-        if self.mh:
-            kept["accepted"] = take(info.accepted) > 0.5  # bool: a quarter of the bytes
+        if self.mh:  # a flag as bool, a quarter of the bytes; NUTS's accept_stat as it is
+            accepted = take(info.accepted)
+            kept["accepted"] = accepted if self.fractional else accepted > 0.5
         if position is not None:
             position = take(position)
             kept["position"] = position if self.basis is None else position @ self.basis
@@ -276,11 +279,12 @@ class Recorder:
         k, rows = ANIMATED_CHAINS, min(info.loss.shape[0], self.trace_steps - first_step)
         if rows <= 0:
             return
-        parts = {
-            "proposal": info.proposal[:rows, :k],
-            "accepted": info.accepted[:rows, :k],
-            "position": info.position[:rows, :k],
-        }
+        position = info.position[:rows, :k]
+        accepted = info.accepted[:rows, :k]
+        if self.fractional:  # NUTS: "accepted" in the player means the chain moved
+            previous = torch.cat([before[None, :k], position[:-1]])
+            accepted = (position != previous).any(-1).to(accepted.dtype)
+        parts = {"proposal": info.proposal[:rows, :k], "accepted": accepted, "position": position}
         if info.path is not None:
             parts["path"] = info.path[:rows, :k]
         if not self.trace:

@@ -134,6 +134,10 @@ class Kernel(ABC):
     # whether ``update`` takes ``trace``: a dict it fills with "proposal" (and "path")
     traces: ClassVar[bool] = False
     compilable: ClassVar[bool] = True  # whether ``samplers.compiled`` may compile its steps
+    # the chains are one ensemble (SVGD): judged by the final particles, not as chains
+    coupled: ClassVar[bool] = False
+    # ``accepted`` is a probability (NUTS's accept_stat), recorded as a float, not a 0/1 flag
+    fractional_acceptance: ClassVar[bool] = False
     # known biases a run with this kernel must warn about: {code: message}
     caveats: ClassVar[dict[str, str]] = {}
 
@@ -261,7 +265,9 @@ class Kernel(ABC):
 
     # -- what each kernel writes -------------------------------------------------------------
     def noise(self, chains: int, dim: int) -> dict[str, Draw]:
-        """The kernel's own draws per step (a minibatch's indices are added by ``draws``)."""
+        """The kernel's own draws per step (a minibatch's indices are added by ``draws``). A
+        kernel without randomness (SVGD) declares one zero-size draw: the stream still counts
+        its steps."""
         return {"xi": Draw("normal", (chains, dim))}
 
     def start(self, state: State, target: Target, generator: torch.Generator) -> State:

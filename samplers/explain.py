@@ -1,11 +1,11 @@
 """Each kernel's update rule as implemented (LaTeX) and a paragraph saying what it does and
 where it comes from, for the app's teaching views.
 
-The equations are the ones ``samplers/sgmcmc.py``, ``mcmc.py`` and ``splitting.py`` compute,
-not the papers' printed ones where those differ (reference 000 fixes the adaptive kernels'
-typos and SGHMC/SGNHT's temperature). Notation: eps = step_size, g_t the raw minibatch mean
-loss gradient, eta_t ~ N(0, I) fresh noise, and every kernel targets exp(-U) with
-``POSTERIOR`` (a Gaussian prior is added where the target defines one).
+The equations are the ones ``samplers/sgmcmc.py``, ``mcmc.py``, ``nuts.py``, ``ensemble.py``
+and ``splitting.py`` compute, not the papers' printed ones where those differ (reference 000
+fixes the adaptive kernels' typos and SGHMC/SGNHT's temperature). Notation: eps = step_size,
+g_t the raw minibatch mean loss gradient, eta_t ~ N(0, I) fresh noise, and every kernel
+targets exp(-U) with ``POSTERIOR`` (a Gaussian prior is added where the target defines one).
 """
 
 from __future__ import annotations
@@ -169,6 +169,69 @@ _TEXT: dict[str, tuple[str, str]] = {
         "multiple of pi, so the trajectory ends near its start or its mirror image and that "
         "mode barely mixes (a far start stays far). Set jitter off for the fixed-length "
         "textbook HMC with K = leapfrog_steps every time.",
+    ),
+    "nuts": (
+        _aligned(
+            r"p_0 \sim \mathcal{N}(0, I),\quad H = U(w) + \tfrac{1}{2}\lVert p \rVert^2,"
+            r"\quad \text{tree } \mathcal{T} = \{(w_t, p_0)\}",
+            r"\text{doubling } j:\ v_j = \pm 1,\ 2^j \text{ leapfrog steps of } v_j\,\varepsilon"
+            r" \text{ from } \mathcal{T}\text{'s end on side } v_j",
+            r"\text{stop if } \rho \cdot p^- \le 0 \text{ or } \rho \cdot p^+ \le 0"
+            r" \text{ on any binary subtree},\ \rho = \textstyle\sum p",
+            r"\text{sample } z \in \mathcal{T} \text{ with probability } \propto e^{-H(z)}"
+            r"\ \text{(progressively)}",
+        ),
+        "The No-U-Turn Sampler (Hoffman & Gelman 2014) in its multinomial form (Betancourt "
+        "2017), as Stan runs it with a unit mass matrix: HMC without a trajectory length. "
+        "Each chain doubles its trajectory forwards or backwards in time (a coin flip a "
+        "doubling) until the trajectory starts to turn back on itself, judged by the "
+        "generalised U-turn criterion on every binary subtree, or until 2^max_depth points. "
+        "The next state is drawn from all the trajectory's points with weights exp(-H): within "
+        "a new subtree multinomially, and across the merge with min(1, W_new / W_old), which "
+        "favours points far from the start. The construction is reversible, so the chain "
+        "samples exp(-U) exactly at any step size; too large a step shows as a low accept_stat "
+        "(the mean of min(1, exp(H0 - H)) over the new points) and as divergences (H - H0 > "
+        "1000), which end a tree early, as in a funnel's neck. The step size is fixed here "
+        "(Stan tunes it by dual averaging during warm-up).",
+    ),
+    "adaptive-mh": (
+        _aligned(
+            r"w' = w_t + L_t\,\eta_t,\quad L_t L_t^\top = C_t",
+            r"C_t = \begin{cases} \varepsilon^2 I & t \le t_0 \\"
+            r" s_d\,\mathrm{Cov}(w_0, \dots, w_{t-1}) + s_d\,\epsilon\,I & t > t_0"
+            r" \end{cases},\quad s_d = 2.4^2 / d",
+            r"w_{t+1} = w' \text{ with probability } \min\big(1,\ e^{\,U(w_t) - U(w')}\big),"
+            r" \text{ else } w_t",
+        ),
+        "Adaptive Metropolis (Haario, Saksman & Tamminen 2001): random-walk Metropolis whose "
+        "Gaussian proposal learns its shape from the chain's own history. For the first "
+        "t0 = adapt_start steps it proposes with eps^2 I; after that, with the covariance of "
+        "every point the chain has visited, scaled by s_d = 2.4^2 / d (the optimal random-walk "
+        "scale for a Gaussian target) plus a small s_d epsilon I that keeps it nonsingular. "
+        "Each chain keeps its own running mean and covariance, updated at every step by "
+        "Welford's recursion, and takes a Cholesky factor of its C_t. The chain is no longer "
+        "Markov, yet because the adaptation's changes shrink like 1/t its averages still "
+        "converge to the target's (the paper's theorem); on a correlated target it ends up "
+        "proposing along the correlation, where plain random-walk Metropolis crawls.",
+    ),
+    "svgd": (
+        _aligned(
+            r"\phi(x_i) = \frac{1}{n}\sum_{j=1}^{n} \big[k(x_j, x_i)\,\nabla \log \pi(x_j)"
+            r" + \nabla_{x_j} k(x_j, x_i)\big],\quad \nabla \log \pi = -\nabla U",
+            r"x_i \leftarrow x_i + \varepsilon\,\phi(x_i)",
+            r"k(x, y) = e^{-\lVert x - y \rVert^2 / h},\quad"
+            r" h = \mathrm{med}\{\lVert x_i - x_j \rVert^2\} / \log(n + 1)",
+        ),
+        "Stein variational gradient descent (Liu & Wang 2016): the chains are one ensemble of "
+        "n particles that move together, deterministically, along the direction phi that "
+        "decreases the KL divergence from the particles' law to pi fastest among the functions "
+        "of an RBF kernel's unit ball. The first term is gradient ascent on log pi averaged "
+        "over nearby particles; the second pushes particles apart, so they spread over the "
+        "target instead of collapsing to its mode (with one particle SVGD is gradient ascent). "
+        "The bandwidth h follows the median heuristic of the authors' code. The particles are "
+        "not independent draws: at a fixed point they cover the target more evenly than iid "
+        "samples, with a small finite-n bias (variances a few percent low in 2-D at n = 200). "
+        "A diverged particle is frozen and left out of the others' sums.",
     ),
     "baoab": (
         _aligned(r"\text{BAOAB:}\ \ B_{h/2}\,A_{h/2}\,O_h\,A_{h/2}\,B_{h/2}", _MAPS),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from landscapes import Param, Spec
 
-from .mcmc import HMC, MALA, RWMH
+from .ensemble import SVGD
+from .mcmc import HMC, MALA, RWMH, AdaptiveMH
+from .nuts import NUTS
 from .sgmcmc import SGHMC, SGLD, SGNHT, ULA, AdamSGLD, RMSPropSGLD
 from .sgrld import METRICS, SGRLD
 from .splitting import SCHEMES, Splitting
@@ -191,6 +193,82 @@ SPECS = [
         HMC,
     ),
     Spec("rwmh", "mcmc", RWMH.__doc__, "Metropolis et al. (1953)", MH, RWMH),
+    Spec(
+        "nuts",
+        "mcmc",
+        NUTS.__doc__,
+        "Hoffman & Gelman (2014), JMLR 15",
+        [
+            # fixed (no dual averaging): the registry's 1e-3 would build max_depth trees of
+            # 1023 steps on the teaching targets at every iteration
+            Param("step_size", "float", 0.1, "leapfrog step size epsilon (fixed)", 1e-12, 10.0),
+            NBETA,
+            LOC,
+            Param(
+                "max_depth",
+                "int",
+                10,
+                "most doublings of a tree (at most 2^max_depth - 1 leapfrog steps an iteration)",
+                1,
+                12,
+            ),
+        ],
+        NUTS,
+    ),
+    Spec(
+        "adaptive-mh",
+        "mcmc",
+        AdaptiveMH.__doc__,
+        "Haario, Saksman & Tamminen (2001), Bernoulli 7",
+        [
+            Param(
+                "step_size",
+                "float",
+                0.1,
+                "initial proposal scale: C_0 = step_size^2 I until adapt_start",
+                1e-12,
+                10.0,
+            ),
+            NBETA,
+            LOC,
+            Param(
+                "adapt_start",
+                "int",
+                100,
+                "t0: steps with the initial proposal before the chain's covariance is used",
+                1,
+                10_000_000,
+            ),
+            Param(
+                "epsilon",
+                "float",
+                1e-6,
+                "epsilon of the s_d epsilon I added to the adapted covariance (> 0)",
+                1e-12,
+                1e6,
+            ),
+        ],
+        AdaptiveMH,
+    ),
+    Spec(
+        "svgd",
+        "ensemble",
+        SVGD.__doc__,
+        "Liu & Wang (2016), NeurIPS",
+        [
+            Param(
+                "step_size",
+                "float",
+                0.1,
+                "step size epsilon of x <- x + epsilon phi(x)",
+                1e-12,
+                10.0,
+            ),
+            NBETA,
+            LOC,
+        ],
+        SVGD,
+    ),
     *[
         Spec(
             name,

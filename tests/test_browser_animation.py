@@ -57,8 +57,10 @@ def test_compares_runs_execute_side_by_side(server, browser_page, tmp_path):  # 
     page.get_by_text("Samplers").first.wait_for(timeout=LOAD_MS)
     settle(page)
     steps = page.get_by_role("textbox", name="steps", exact=True)
-    steps.fill("20000")
+    steps.fill("20000")  # long enough to overlap: ~20 s each here
     steps.press("Enter")
+    settle(page)
+    page.get_by_text("Run anyway").first.click()  # over the 60 s budget in all: confirmed
     settle(page)
     page.get_by_role("button", name="Run all", exact=True).click()
     store, both, deadline = Store(tmp_path / "store"), False, time.monotonic() + RUN_MS / 1000
