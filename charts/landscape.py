@@ -227,7 +227,11 @@ def spectrum_figure(
     fig.update_layout(
         title=title,
         xaxis={"title": {"text": "principal component"}, "dtick": 1 if len(ratio) <= 20 else None},
-        yaxis={"title": {"text": "explained variance ratio (log scale)"}, "type": "log"},
+        yaxis={
+            "title": {"text": "explained variance ratio (log scale)"},
+            "type": "log",
+            "exponentformat": "power",
+        },
     )
     return fig
 

@@ -159,6 +159,7 @@ def loss_curve(steps, losses, title: str | None = "Training loss", log_y: bool =
         yaxis={
             "title": {"text": "training loss L_n (log scale)" if log_y else "loss L_n (linear)"},
             "type": "log" if log_y else "linear",
+            "exponentformat": "power",  # 10⁻³, not 0.001 beside 1e-4
         },
     )
     return fig
@@ -183,7 +184,11 @@ def chain_traces(step, values, y_title: str, title: str | None = None, log_y: bo
     fig.update_layout(
         title=title,
         xaxis={"title": {"text": STEP_AXIS}},
-        yaxis={"title": {"text": y_title}, "type": "log" if log_y else "linear"},
+        yaxis={
+            "title": {"text": y_title},
+            "type": "log" if log_y else "linear",
+            "exponentformat": "power",
+        },
         showlegend=x.shape[1] <= 16,
     )
     return fig

@@ -163,7 +163,12 @@ def trace_figure(
         ]
     )
     if burn_in:
-        fig.add_vline(x=burn_in, line={"dash": "dash", "color": "grey"}, annotation_text="burn-in")
+        fig.add_vline(  # labelled at the bottom: the title and legend hold the top
+            x=burn_in,
+            line={"dash": "dash", "color": "grey"},
+            annotation_text="burn-in",
+            annotation_position="bottom right",
+        )
     fig.update_layout(
         title=title,
         height=height,

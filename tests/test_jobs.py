@@ -657,3 +657,28 @@ def test_the_summarys_draws_hold_only_their_own_bytes(tmp_path, monkeypatch):
     assert kept and all(t.shape[1] < 512 for t in kept)  # the first chains only
     for t in kept:
         assert t.untyped_storage().nbytes() == t.numel() * 4
+
+
+def test_a_supervisor_owned_by_an_app_stops_with_it_and_its_run_ends_interrupted(tmp_path):
+    """What the app's pool does (``ensure_supervisor(owned=True)``): the supervisor watches the
+    process that started it and, once that is gone, stops its workers as on Ctrl-C."""
+    from jobs.pool import _started
+
+    home = tmp_path
+    run_id = cli(home, "submit", *LONG, "--chains", "8", "--steps", "2000000").stdout.strip()
+    app = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    owner = f"{app.pid}:{_started(app.pid)}"
+    supervisor = worker(home, "--owner", owner)
+    store = Store(home)
+    try:
+        wait(lambda: store.records(run_id) > 0, timeout=120)
+        assert supervisor.poll() is None  # its owner lives: it serves
+        app.kill()
+        app.wait()
+        assert supervisor.wait(30) == 0  # gone within its loop's tick once the owner is
+        store.mark_stale(0.0)
+        assert store.get(run_id).status == "interrupted"  # resumable, its records kept
+        assert store.records(run_id) > 0
+    finally:
+        app.kill()
+        supervisor.kill()

@@ -167,6 +167,11 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
             labels_of(target),
             True,
         )
+    else:
+        st.caption(
+            f"The animated view draws 2-D targets; this one has d = {target.dim} "
+            "(the funnels take dim = 2)."
+        )
     for run_id, record in records.items():
         st.caption(f"**{ui.plain(labels[run_id])}**")
         ui.progress_bar(record)
