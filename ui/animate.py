@@ -55,6 +55,8 @@ def player(records: list[RunRecord], names: list[str], grid: dict, bounds, label
             animation.panel(name, t) for name, t in zip(names, traces, strict=True) if t is not None
         ]
         if not panels:
+            if complete:  # ended (failed, say) before its first steps were traced
+                return False
             st.caption("Tracing the first steps for the animation…")
             return True
         steps = min(p["T"] for p in panels)
