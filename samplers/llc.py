@@ -81,8 +81,10 @@ class Paired:
     def __getattr__(self, name: str):
         return getattr(self.kernel, name)
 
-    def step(self, state: State, target: Target, noise: dict[str, Tensor]) -> tuple[State, Info]:
-        state, info = self.kernel.step(state, target, noise)
+    def step(
+        self, state: State, target: Target, noise: dict[str, Tensor], trace: bool = False
+    ) -> tuple[State, Info]:
+        state, info = self.kernel.step(state, target, noise, trace)
         if self.center_losses is not None:
             center = self.center_losses[noise["index"]].mean(-1)  # [C]: each chain's batch
             info.scalars["center_loss"] = torch.where(info.diverged, math.nan, center)
