@@ -745,10 +745,18 @@ AUTOGRAD_TARGETS = ("custom",)  # the potentials without an analytic gradient
 CALIBRATION_RUNS = 10  # the newest completed runs of the same target and sampler
 
 
+NUTS_DEPTH = 6  # a typical NUTS tree before runs calibrate it: 2^6 leapfrogs (donut, eps 0.1)
+NUTS_DOUBLING_S = 5e-3  # ... each doubling's bookkeeping and host sync, eager
+
+
 def gradient_evaluations(spec: dict) -> int:
-    """Gradient evaluations per step of the spec's sampler: HMC's leapfrog steps, else 1."""
+    """Gradient evaluations per step of the spec's sampler: HMC's leapfrog steps, NUTS's typical
+    tree (its depth is only known once it runs), else 1."""
     name, params = spec["sampler"]["name"], spec["sampler"].get("params") or {}
     takes = {p.name: p.default for p in samplers.REGISTRY[name].params}
+    if name == "nuts":
+        depth = min(int(params.get("max_depth") or takes["max_depth"]), NUTS_DEPTH)
+        return 2**depth + int(depth * NUTS_DOUBLING_S / STEP_OVERHEAD_S)
     return int(params.get("leapfrog_steps") or takes.get("leapfrog_steps") or 1)
 
 
