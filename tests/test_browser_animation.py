@@ -4,9 +4,11 @@ its frame counter read from the page), and Compare's two runs execute at the sam
 
 from __future__ import annotations
 
+import re
 import time
 
 from browser import browser_page, screenshot, server  # noqa: F401  (fixtures)
+from playwright.sync_api import expect
 from test_browser import LOAD_MS, RUN_MS, assert_clean, choose, settle
 
 from jobs.store import Store
@@ -27,7 +29,10 @@ def test_the_playground_plays_the_first_steps_with_every_proposal(server, browse
     settle(page)
     page.get_by_role("button", name="Run", exact=True).click()
     player = page.frame_locator("iframe").first
-    player.locator("#frame").wait_for(timeout=RUN_MS)
+    player.locator("#frame").wait_for(timeout=RUN_MS)  # drawn from the first traced steps
+    # drawn again as the trace doubles, then whole: the run's first 1000 steps
+    expect(player.locator("#frame")).to_have_text(re.compile(r"of 1000$"), timeout=RUN_MS)
+    player.locator("#restart").click()
     # it plays at 30 steps a second by default: in 2 s it advances ~60 steps (a loaded CI
     # machine may draw fewer frames, but the steps follow the clock, not the frames)
     first = frame_of(player)
