@@ -233,6 +233,24 @@ _TEXT: dict[str, tuple[str, str]] = {
         "samples, with a small finite-n bias (variances a few percent low in 2-D at n = 200). "
         "A diverged particle is frozen and left out of the others' sums.",
     ),
+    "eqn": (
+        _aligned(
+            r"p \leftarrow p - \tfrac{h}{2} B_i^\top \nabla U(w_i),\quad"
+            r" w_i \leftarrow w_i + \tfrac{h}{2} B_i p",
+            r"p \leftarrow a p + \sqrt{T(1 - a^2)}\,R,\quad"
+            r" w_i \leftarrow w_i + \tfrac{h}{2} B_i p,\quad"
+            r" p \leftarrow p - \tfrac{h}{2} B_i^\top \nabla U(w_i)",
+            r"B_i = \operatorname{chol}\big(I + \eta\,\operatorname{cov}(w_{[i]})\big)",
+        ),
+        "Ensemble quasi-Newton (Leimkuhler, Matthews & Weare 2018) as in the TATi paper: the "
+        "chains are walkers of one ensemble, and each runs BAOAB preconditioned by B_i, the "
+        "Cholesky factor of I + eta times the covariance of the OTHER walkers. Where the "
+        "ensemble is spread (a soft direction) B_i stretches the steps, so the slow modes of a "
+        "stiff, anisotropic target mix many times faster at a step the stiff mode allows. B_i "
+        "is frozen between rebuilds every covariance_every steps and never reads walker i, so "
+        "the dynamics keep exp(-U/T) (the divergence term vanishes). eta = 0 or one walker is "
+        "plain BAOAB. B is block-diagonal over the parameter tensors.",
+    ),
     "baoab": (
         _aligned(r"\text{BAOAB:}\ \ B_{h/2}\,A_{h/2}\,O_h\,A_{h/2}\,B_{h/2}", _MAPS),
         _SPLITTING_TEXT + " BAOAB (Leimkuhler & Matthews) costs one gradient per step.",

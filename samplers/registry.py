@@ -9,7 +9,7 @@ from .mcmc import HMC, MALA, RWMH, AdaptiveMH
 from .nuts import NUTS
 from .sgmcmc import SGHMC, SGLD, SGNHT, ULA, AdamSGLD, RMSPropSGLD
 from .sgrld import METRICS, SGRLD
-from .splitting import SCHEMES, Splitting
+from .splitting import EQN, SCHEMES, Splitting
 
 P000 = "000 Hitchcock & Hoogland, local posterior sampling benchmark"
 P001 = "001 Yu et al., SGRLD in non-diagonal metrics"
@@ -268,6 +268,27 @@ SPECS = [
             LOC,
         ],
         SVGD,
+    ),
+    Spec(
+        "eqn",
+        "ensemble",
+        EQN.__doc__,
+        P003 + ", eqs. 18-19 (Leimkuhler, Matthews & Weare 2018)",
+        [
+            *SG,
+            FRICTION,
+            TEMPERATURE,
+            Param("eta", "float", 10.0, "covariance blending eta of B = chol(I + eta cov)", 0, 1e6),
+            Param(
+                "covariance_every",
+                "int",
+                1000,
+                "steps between rebuilds of B (at step % covariance_every == 0)",
+                1,
+                10_000_000,
+            ),
+        ],
+        EQN,
     ),
     *[
         Spec(

@@ -21,7 +21,7 @@ from landscapes import ParamError
 
 from .base import Draw, Kernel, State
 
-SCHEMES = {"baoab": "BAOAB", "gla1": "BAO", "gla2": "BOBA"}
+SCHEMES = {"baoab": "BAOAB", "gla1": "BAO", "gla2": "BOBA"}  # (and EQN: BAOAB preconditioned)
 
 
 def check_scheme(scheme: str, field: str = "splitting.scheme") -> str:
@@ -99,3 +99,116 @@ class Splitting(Kernel):
                 o += 1
         new = replace(state, position=w, p=p, grad=grad, loss=loss)
         return new, loss, torch.ones_like(loss)
+
+
+@dataclass
+class EQNState(SplittingState):
+    factors: list  # per parameter tensor of the layout: B_i's block, [C, n, n] lower-triangular
+    t: int  # steps taken (host side): B is rebuilt exactly when t % covariance_every == 0
+
+
+class EQN(Splitting):
+    """Ensemble quasi-Newton (Leimkuhler, Matthews & Weare 2018; TATi, reference 003 eqs. 18-19,
+    with its corrected transposes): BAOAB in which walker i kicks with B_i^T grad U and drifts with
+    B_i p, B_i = chol(I + eta cov(theta_[i])), the covariance (1/(L - 1)) of the OTHER walkers, so
+    the divergence term vanishes. The chains are the walkers (a coupled ensemble). B is
+    block-diagonal over the target's parameter tensors (``layout``), frozen between rebuilds made
+    exactly when step % covariance_every == 0 (step 0 included), each block rescaled by its
+    largest entry before Cholesky; where a walker's Cholesky fails its eta is halved and it is
+    tried again (below 1e-12: eta = 0, B = I). eta = 0 or one walker is plain BAOAB."""
+
+    name = "eqn"
+    coupled = True  # each walker's B reads every other walker
+    compilable = False  # the rebuild's schedule is a host-side count
+    eta: float = 10.0
+    covariance_every: int = 1000
+    scheme: str = "BAOAB"
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        if self.scheme != "BAOAB":
+            raise ParamError("eqn.scheme", f"EQN is BAOAB's variant, got {self.scheme!r}")
+
+    def start(self, state, target, generator):
+        base = super().start(state, target, generator)
+        sizes = [math.prod(shape) for shape in target.layout.values()]
+        if max(sizes) > MAX_BLOCK:
+            raise ParamError(
+                "eqn",
+                f"a parameter tensor of {max(sizes)} entries would need a {max(sizes)}^2 matrix "
+                f"per walker; EQN takes tensors of at most {MAX_BLOCK} entries",
+            )
+        return EQNState(**vars(base), factors=[], t=0)
+
+    def plain(self, state: State) -> bool:
+        """B = I throughout: no blending, or a walker without others."""
+        return self.eta == 0 or state.position.shape[0] < 2
+
+    def rebuild(self, w: Tensor, ok: Tensor, target) -> list[Tensor]:
+        """B_i per block from the walkers ``ok`` ([C] bool: finite ones) other than i."""
+        factors, first = [], 0
+        for shape in target.layout.values():
+            n = math.prod(shape)
+            x = torch.where(ok[:, None], w[:, first : first + n], 0.0)
+            first += n
+            others = ok.sum() - ok.to(x.dtype)  # L - 1 for a walker in the ensemble
+            total, outer = x.sum(0), torch.einsum("ci,cj->ij", x, x)
+            mean = (total - x) / others.clamp(min=1)[:, None]
+            second = (outer - torch.einsum("ci,cj->cij", x, x)) / others.clamp(min=1)[:, None, None]
+            cov = second - torch.einsum("ci,cj->cij", mean, mean)
+            factors.append(cholesky_blend(cov, self.eta))
+        return factors
+
+    def update(self, state, target, batch, noise):
+        if self.plain(state):
+            new, loss, accepted = super().update(state, target, batch, noise)
+            return replace(new, t=state.t + 1), loss, accepted
+        factors = state.factors
+        if state.t % self.covariance_every == 0:
+            ok = ~state.diverged & torch.isfinite(state.position).all(-1)
+            factors = self.rebuild(state.position, ok, target)
+        h, T = self.step_size, self.temperature
+        w, p, grad = state.position, state.p, state.grad
+        p = p - 0.5 * h * apply(factors, grad, transpose=True)  # B: B^T grad U
+        w = w + 0.5 * h * apply(factors, p)  # A: B p
+        a = math.exp(-self.friction * h)
+        p = a * p + math.sqrt(T * (1 - a * a)) * noise["xi0"]  # O
+        w = w + 0.5 * h * apply(factors, p)  # A
+        e = self.energy(w, state, target, batch)
+        p = p - 0.5 * h * apply(factors, e.grad, transpose=True)  # B
+        new = replace(
+            state, position=w, p=p, grad=e.grad, loss=e.loss, factors=factors, t=state.t + 1
+        )
+        return new, e.loss, torch.ones_like(e.loss)
+
+
+MAX_BLOCK = 1024  # entries of one parameter tensor EQN preconditions (a 1024^2 matrix a walker)
+
+
+def cholesky_blend(cov: Tensor, eta: float) -> Tensor:
+    """chol(I + eta cov) per walker ([C, n, n]), rescaled by the largest entry first (TATi);
+    a walker whose factorisation fails retries with eta halved, down to eta = 0 (B = I)."""
+    n = cov.shape[-1]
+    eye = torch.eye(n, dtype=cov.dtype, device=cov.device).expand_as(cov)
+    etas = torch.full(cov.shape[:1], float(eta), dtype=cov.dtype, device=cov.device)
+    while True:
+        blend = etas[:, None, None]
+        m = torch.where(blend > 0, eye + blend * cov, eye)  # eta 0: I even where cov is NaN
+        scale = m.abs().amax((-2, -1), keepdim=True)
+        factor, info = torch.linalg.cholesky_ex(m / scale)
+        failed = (info != 0) | ~torch.isfinite(factor).all(-1).all(-1)
+        if not failed.any():  # a host sync, at a rebuild only
+            return factor * scale.sqrt()
+        etas = torch.where(failed, etas / 2, etas)
+        etas = torch.where(etas < 1e-12, torch.zeros_like(etas), etas)
+
+
+def apply(factors: list[Tensor], v: Tensor, transpose: bool = False) -> Tensor:
+    """B v (or B^T v) for the block-diagonal B of ``factors``, per walker."""
+    parts, first = [], 0
+    for b in factors:
+        n = b.shape[-1]
+        spec = "cji,cj->ci" if transpose else "cij,cj->ci"
+        parts.append(torch.einsum(spec, b, v[:, first : first + n]))
+        first += n
+    return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
