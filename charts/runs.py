@@ -15,8 +15,6 @@ import plotly.graph_objects as go
 from charts.landscape import PALETTE
 from charts.style import FONT, LEGEND
 
-ACCEPTED, REJECTED = "#2ca02c", "#d62728"
-
 
 def _color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
@@ -40,25 +38,21 @@ def density_figure(
     cloud=None,
     labels: Sequence[str] = ("w0", "w1"),
     *,
-    accepted=None,
-    chain_ids: Sequence[int] | None = None,
     log_scale: bool = True,
     floor: float = 20.0,
     title: str | None = None,
     height: int | None = None,
-    view=None,
 ) -> go.Figure:
     """Contours of the target with chains and draws on top.
 
     ``log_density`` [ny, nx]: -U on the grid (any additive constant). Contours show -U relative
     to its maximum (``log_scale``, clipped at -``floor``) or the relative density exp(-U).
     ``paths`` [chains, k, 2]: each chain's last k positions, drawn as a line ending in a marker.
-    ``accepted`` [chains] (bool): the last move of each path was accepted (green circle) or
-    rejected (red cross: the chain stayed). ``cloud`` [n, 2]: draws as small grey markers.
-    ``view`` ((x0, x1), (y0, y1)) zooms the axes (default: the whole grid).
+    ``cloud`` [n, 2]: draws as small orange markers. (Each proposal, accepted or rejected, is
+    the animated view's: ``charts.animation``.)
     """
     z = relative_log_density(log_density, floor)
-    view = ((xs[0], xs[-1]), (ys[0], ys[-1])) if view is None else view
+    view = ((xs[0], xs[-1]), (ys[0], ys[-1]))
     colorbar = "−U − max(−U) (log density)" if log_scale else "e^(−U) / max (density)"
     fig = go.Figure(
         go.Contour(
@@ -89,7 +83,6 @@ def density_figure(
         )
     if paths is not None:
         paths = np.asarray(paths, dtype=float)
-        ids = list(range(len(paths))) if chain_ids is None else list(chain_ids)
         for i, path in enumerate(paths):
             fig.add_trace(
                 go.Scatter(
@@ -98,25 +91,9 @@ def density_figure(
                     mode="lines+markers",
                     line={"color": _color(i), "width": 1.5},
                     marker={"size": [3] * (len(path) - 1) + [9], "color": _color(i)},
-                    name=f"chain {ids[i]}",
+                    name=f"chain {i}",
                 )
             )
-        if accepted is not None:
-            ok = np.asarray(accepted, dtype=bool)
-            ends = paths[:, -1, :]
-            for mask, name, color, symbol in (
-                (ok, "accepted", ACCEPTED, "circle-open"),
-                (~ok, "rejected (stayed)", REJECTED, "x"),
-            ):
-                fig.add_trace(
-                    go.Scatter(
-                        x=ends[mask, 0],
-                        y=ends[mask, 1],
-                        mode="markers",
-                        marker={"size": 16, "color": color, "symbol": symbol, "line": {"width": 3}},
-                        name=name,
-                    )
-                )
     fig.update_layout(
         title=title,
         height=height,

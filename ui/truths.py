@@ -171,6 +171,5 @@ def run_context(record) -> dict | None:
         "data": data,
         "exact": exact_draws(target.name, params_json) if truths else None,
         "truths": truths,
-        "mh": "accepted" in data,
         "burn": report.burn_records(spec),
     }
