@@ -24,6 +24,7 @@ from charts.runs import (
     histogram_density,
     histogram_edges,
     histogram_figure,
+    iat_direction_figure,
     relative_log_density,
     trace_figure,
 )
@@ -52,6 +53,7 @@ __all__ += [
     "histogram_density",
     "histogram_edges",
     "histogram_figure",
+    "iat_direction_figure",
     "relative_log_density",
     "trace_figure",
 ]

@@ -247,3 +247,66 @@ def histogram_figure(
         margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
     )
     return fig
+
+
+def iat_direction_figure(
+    variances,
+    iats: Mapping[str, Sequence[float] | None],
+    title: str | None = "IAT per direction",
+    *,
+    unit: str = "steps",
+    height: int | None = None,
+) -> go.Figure:
+    """Grouped bars of each sampler's integrated autocorrelation time along each direction, on
+    a log axis, with a dashed line at 1 (ideal: independent draws).
+
+    ``variances`` [k]: the variance along each direction, largest (slowest) first; direction j
+    is labelled "j+1 (var v)". ``iats``: sampler -> IAT per direction [k] (None or NaN: no bar),
+    one trace per sampler."""
+    variances = np.asarray(variances, dtype=float).ravel()
+    names = [f"{j + 1} (var {v:.3g})" for j, v in enumerate(variances)]
+    fig = go.Figure()
+    for i, (name, values) in enumerate(iats.items()):
+        y = np.full(len(names), np.nan) if values is None else np.asarray(values, dtype=float)
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=np.where(np.isfinite(y) & (y > 0), y, np.nan),
+                name=name,
+                marker={"color": _color(i)},
+                hovertemplate=f"{name}<br>direction %{{x}}<br>IAT %{{y:.3g}} {unit}<extra></extra>",
+            )
+        )
+    # The line is a shape (data coordinates, so y = 1); an annotation on a log axis takes
+    # log10 of its position (plotly.js), so its label sits at y = 0.
+    fig.add_shape(
+        type="line",
+        xref="paper",
+        x0=0,
+        x1=1,
+        yref="y",
+        y0=1.0,
+        y1=1.0,
+        line={"dash": "dash", "color": "black"},
+    )
+    fig.add_annotation(
+        xref="paper",
+        x=0,
+        yref="y",
+        y=0.0,
+        text="ideal (τ = 1)",
+        showarrow=False,
+        xanchor="left",
+        yanchor="bottom",
+    )
+    fig.update_layout(
+        title=title,
+        height=height,
+        barmode="group",
+        xaxis={"title": "direction (1 = widest, slowest)", "type": "category"},
+        yaxis={"title": f"IAT τ ({unit}, log scale)", "type": "log"},
+        font=FONT,
+        legend=LEGEND,
+        margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
+    )
+    return fig

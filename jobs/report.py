@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -352,6 +353,20 @@ def budget_key(spec: dict) -> str:
     return json.dumps({k: spec.get(k) for k in keep}, sort_keys=True)
 
 
+# Samplers whose chains are one coupled ensemble that Compare sizes on its own ("walkers"), with
+# its default size: EQN's B_i is the covariance of the other walkers, so its walker count is a
+# hyperparameter of the sampler, not the comparison's budget (TATi's runs use 8 to 16).
+WALKERS = {"eqn": 8}
+
+
+def same_budget(a: dict, b: dict) -> bool:
+    """Whether runs of specs ``a`` and ``b`` can be compared (``budget_key``), the chains of an
+    ensemble sized on its own (``WALKERS``) aside."""
+    if {a.get("sampler", {}).get("name"), b.get("sampler", {}).get("name")} & set(WALKERS):
+        a, b = {**a, "chains": None}, {**b, "chains": None}
+    return budget_key(a) == budget_key(b)
+
+
 # Samplers whose runs are told apart by one parameter besides the name: Compare offers each
 # value as its own entry ("sgrld · monge") and labels runs with it.
 VARIANTS = {"sgrld": "metric"}
@@ -405,13 +420,76 @@ def run_groups(runs: list, keep: Callable[[dict], bool]) -> list[list]:
         last = groups[-1][-1] if groups else None
         if (
             last is not None
-            and budget_key(last.spec) == budget_key(run.spec)
+            and all(same_budget(r.spec, run.spec) for r in groups[-1])
             and run.created - last.created < GROUP_SECONDS
         ):
             groups[-1].append(run)
         else:
             groups.append([run])
     return list(reversed(groups))
+
+
+# Compare's IAT per direction: the widest directions, of the last records of the first chains
+# (a live view recomputes it every poll), on targets of up to IAT_MAX_DIM coordinates.
+IAT_DIRECTIONS = 10
+IAT_RECORDS = 2000
+IAT_CHAINS = 32
+IAT_MAX_DIM = 200
+PCA_DRAWS = 20_000  # draws per run behind the PCA's covariance (an even subsample)
+
+
+def iat_by_direction(target, runs: dict, burn: int, exact: bool, k: int = IAT_DIRECTIONS) -> dict:
+    """Compare's "IAT per direction": how many steps each run takes to forget where it was,
+    along each of the target's k widest directions (reference 003 section 3, Fig. 10).
+
+    ``runs``: label -> (position [records, C, d], diverged [records, C], thin), as the store
+    records them. The directions are the eigenvectors of the target's covariance where it
+    knows it and every run samples the target itself (``exact``), else the PCA of the runs'
+    own draws after burn-in: the eigenvectors of their sample covariances (chains pooled, at
+    most PCA_DRAWS draws a run, finite ones only) averaged with their draws as weights, one set
+    that every run is read along; the coordinate axes, of variance NaN, where no run has a
+    finite one. Largest variance first: the slow directions of exp(-U) are the wide ones. Per
+    run: the last IAT_RECORDS records after burn-in of its first IAT_CHAINS chains that never
+    diverged, ``diagnostics.iat_per_direction`` (the mean over chains of each chain's IAT)
+    times thin, so in steps. Returns {"variance": [k], "directions": [d, k], "source",
+    "iat": label -> [k] or None (fewer than 4 such records)}."""
+    kept = {}
+    for label, (position, diverged, thin) in runs.items():
+        good = ~np.asarray(diverged[-1], bool) if len(diverged) else np.ones(0, bool)
+        x = np.asarray(position[burn:], dtype=float)[:, good]
+        kept[label] = (np.moveaxis(x, 0, 1), thin)  # [C, records, d]
+    cov = None if target.cov is None else target.cov.detach().cpu().numpy().astype(float)
+    source = "the target's covariance"
+    if not exact or cov is None:
+        covs = []
+        for x, _ in kept.values():
+            pooled = x.reshape(-1, x.shape[-1])
+            pooled = pooled[:: max(1, -(-len(pooled) // PCA_DRAWS))]
+            if len(pooled) > 1:
+                with np.errstate(all="ignore"):
+                    c = np.cov(pooled, rowvar=False).reshape(x.shape[-1], x.shape[-1])
+                if np.isfinite(c).all():
+                    covs.append((c, len(pooled)))
+        if covs:
+            cov = np.average([c for c, _ in covs], axis=0, weights=[n for _, n in covs])
+        else:
+            cov = np.eye(target.dim)
+        source = "the runs' own draws (PCA)" if covs else "the coordinate axes (no draws yet)"
+    variance, vectors = np.linalg.eigh(cov)
+    order = np.argsort(variance)[::-1][:k]
+    variance, vectors = variance[order], vectors[:, order]
+    if source.startswith("the coordinate axes"):
+        variance = np.full(len(order), np.nan)
+    iats = {}
+    for label, (x, thin) in kept.items():
+        x = x[:IAT_CHAINS, -IAT_RECORDS:]
+        if x.shape[0] == 0 or x.shape[1] < 4:
+            iats[label] = None
+            continue
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a blown-up chain: its IAT is NaN
+            iats[label] = diagnostics.iat_per_direction(x, vectors) * thin
+    return {"variance": variance, "directions": vectors, "source": source, "iat": iats}
 
 
 # -- networks and the LLC ----------------------------------------------------------------------

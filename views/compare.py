@@ -3,7 +3,9 @@ steps), the view a teacher projects.
 
 Widgets (from the registries) -> one RunSpec per sampler -> ui.submit; their records ->
 charts.runs: histograms of one coordinate on shared bins with the exact marginal, traces side
-by side, and one diagnostics table with a row per sampler.
+by side, each sampler's IAT along the target's widest directions, and one diagnostics table
+with a row per sampler. EQN's chains are its walkers, one coupled ensemble: it gets a count of
+its own (``report.WALKERS``); every other sampler runs the shared chains.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import samplers
 import ui
 from charts.table import highlighted
 from jobs import report
-from jobs.report import EXACT_DRAWS, POTENTIALS, labels_of
+from jobs.report import EXACT_DRAWS, POTENTIALS, WALKERS, labels_of
 from jobs.store import FINAL
-from landscapes import ParamError
+from landscapes import Param, ParamError
 from samplers.explain import explain
 from ui import animate
 from ui.live import watch
@@ -43,6 +45,34 @@ CURVE_POINTS = 401
 BINS = 60
 MAX_TRACE = 2000
 NAMES = ["step", "position", "accepted", "diverged"]
+MAX_WALKERS = 256  # EQN's B_i: a d x d matrix per walker, rebuilt from all the others
+
+
+def walkers_param(name: str) -> Param:
+    return Param(
+        "walkers",
+        "int",
+        WALKERS[name],
+        f"The chains of the {name} run: its walkers, one ensemble whose covariance "
+        "preconditions each walker (the other samplers run the shared chains)",
+        2,
+        MAX_WALKERS,
+    )
+
+
+def eqn_vs_baoab() -> None:
+    """Where EQN's point shows (reference 003 Fig. 10): a stretched, rotated Gaussian, and plain
+    BAOAB beside EQN at the same step size."""
+    st.session_state.update(
+        {
+            "cmp.target_name": "gaussian",
+            "cmp.target.gaussian.dim": "4",
+            "cmp.target.gaussian.scales": "1",
+            "cmp.target.gaussian.condition": "10",
+            "cmp.target.gaussian.rotate": True,
+            "cmp.samplers": ["eqn", "baoab"],
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,13 +105,32 @@ with right:
     chosen = st.multiselect(
         "Samplers", SAMPLERS, default=["mala", "hmc"], key=ui.kept("cmp.samplers")
     )
-    sampler_params = {}
+    st.button(
+        "EQN vs BAOAB on a stretched Gaussian",
+        key="cmp.eqn_demo",
+        on_click=eqn_vs_baoab,
+        help="Sets the target to a rotated Gaussian of condition number 10 (d = 4) and the "
+        "samplers to eqn and baoab, at the same step size: see the IAT per direction below.",
+    )
+    sampler_params, walkers = {}, {}
     for entry in chosen:
         name, fixed = ENTRIES[entry]
-        with st.expander(f"{entry}: {samplers.REGISTRY[name].paper}", expanded=len(chosen) <= 2):
+        expanded = len(chosen) <= 2 or name in WALKERS
+        with st.expander(f"{entry}: {samplers.REGISTRY[name].paper}", expanded=expanded):
             latex, _ = explain(name)
             if latex:
                 st.latex(latex)
+            if name in WALKERS:
+                walkers[entry] = ui.number_field(
+                    walkers_param(name), ui.kept(f"cmp.sampler.{name}.walkers"), owner=name
+                )
+                st.caption(
+                    "eta blends the walkers' covariance into the preconditioner "
+                    "B = chol(I + eta cov); eta = 0 is plain BAOAB. B is first built from the "
+                    "walkers' N(0, I) starts: on a curved target (banana, donut, funnel) or a "
+                    "narrow one, steps stretched by up to sqrt(1 + eta) can blow walkers up "
+                    "before the first rebuild; lower eta or the step size there."
+                )
             params = ui.param_inputs(
                 samplers.REGISTRY[name],
                 key="cmp.sampler" + "".join(f".{v}" for v in fixed.values()),
@@ -91,15 +140,24 @@ with right:
             sampler_params[entry] = None if params is None else {**params, **fixed}
 
 length = run_length("cmp")
-ready = target_ok and length is not None and all(p is not None for p in sampler_params.values())
+ready = (
+    target_ok
+    and length is not None
+    and all(p is not None for p in sampler_params.values())
+    and all(w is not None for w in walkers.values())
+)
+# The shared chains' runs first (the estimate below names the first run's chains); an ensemble
+# runs its walkers, on the same target, steps, burn-in, thin and seed.
+queued = sorted(chosen, key=lambda entry: entry in walkers)
 specs = [
     {
         "target": {"name": target_name, "params": target_params},
         "sampler": {"name": ENTRIES[entry][0], "params": sampler_params[entry]},
         **length,
+        "chains": walkers.get(entry, length["chains"]),
         "record": {"animate": animate.traced_steps(length["steps"])},  # the animated view
     }
-    for entry in (chosen if ready else [])
+    for entry in (queued if ready else [])
 ]
 confirmed = ui.budget_gate(specs, "cmp")
 
@@ -107,7 +165,7 @@ if st.button("Run all", type="primary", key="cmp.run"):
     if len(chosen) < 2:
         st.error("**samplers**: choose at least two samplers to compare.", icon=ui.WARNING)
     elif not ready:
-        bad = [name for name, p in sampler_params.items() if p is None]
+        bad = [e for e in chosen if sampler_params[e] is None or walkers.get(e, 0) is None]
         where = f" (the parameters of {', '.join(bad)})" if bad else ""
         st.error(f"Fix the fields marked above first{where}; nothing was queued.", icon=ui.WARNING)
     elif not confirmed:
@@ -230,6 +288,8 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
                 key=f"cmp.trace.{ids[0]}.{name}",
             )
 
+    iat_chart(target, records, labels, data, burn, all(exact_ok.values()))
+
     rows = []
     for run_id, record in records.items():
         name = labels[run_id]
@@ -247,6 +307,56 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
         if record.status in FINAL:  # each run's verdict in colour, as soon as it ends
             st.caption(f"**{ui.plain(labels[run_id])}**")
             ui.run_status(record)
+
+
+def budget_label(group: list) -> str:
+    """The group's budget, "32 chains × 2000 steps", and an ensemble's own walkers after it:
+    "(eqn: 8 walkers)"."""
+    own = [r for r in group if r.spec["sampler"]["name"] in WALKERS]
+    shared = [r for r in group if r not in own] or group
+    walkers = ", ".join(f"{report.sampler_label(r.spec)}: {r.spec['chains']} walkers" for r in own)
+    return f"{shared[0].spec['chains']} chains × {shared[0].spec['steps']} steps" + (
+        f" ({walkers})" if walkers else ""
+    )
+
+
+def iat_chart(target, records: dict, labels: dict, data: dict, burn: int, exact: bool) -> None:
+    """Each sampler's IAT along the target's widest directions (``report.iat_by_direction``)."""
+    if target.dim > report.IAT_MAX_DIM:
+        st.caption(f"The IAT per direction is drawn for d ≤ {report.IAT_MAX_DIM}.")
+        return
+    runs = {}
+    for run_id, record in records.items():
+        live = data[labels[run_id]]
+        if live.get("position") is not None and len(live["position"]) > burn:
+            runs[labels[run_id]] = (live["position"], live["diverged"], record.spec["thin"])
+    if not runs:
+        return
+    found = report.iat_by_direction(target, runs, burn, exact)
+    k = len(found["variance"])
+    st.plotly_chart(
+        charts.iat_direction_figure(
+            found["variance"],
+            found["iat"],
+            f"IAT per direction: the {k} widest of {found['source']}",
+        ),
+        key=f"cmp.iat.{next(iter(records))}",
+    )
+    ensemble = [labels[i] for i, r in records.items() if r.spec["sampler"]["name"] in WALKERS]
+    why = (
+        f" {' and '.join(ensemble)} rescales its kicks and drifts by B = chol(I + η cov) of the "
+        "other walkers, so along the wide, slow directions it steps √(1 + η var) times further "
+        "at the step size the narrow ones allow, and mixes them faster."
+        if ensemble
+        else ""
+    )
+    st.caption(
+        "IAT τ: how many steps each sampler takes to forget where it was along each "
+        "direction (the mean over its chains, of at most its last "
+        f"{report.IAT_RECORDS:,} records after burn-in; 1 = independent draws): the widest "
+        "directions are the slowest to mix." + why + " Read per chain, so an ensemble of a few "
+        "walkers and a run of many chains compare fairly (the table's ESS counts every chain)."
+    )
 
 
 def view_controls(shown: str) -> tuple:
@@ -274,7 +384,7 @@ shown, _ = watch(
     {
         o: f"{g[0].id} · {g[0].spec['target']['name']} · "
         + " vs ".join(report.run_labels(g).values())
-        + f" · {g[0].spec['chains']} chains × {g[0].spec['steps']} steps"
+        + f" · {budget_label(g)}"
         for o, g in zip(options, groups, strict=True)
     },
     "No comparisons yet: pick a target and two or more samplers above, then Run all.",
