@@ -7,6 +7,7 @@
     python -m jobs worker [--slots N]            # serve the queue (the app starts one too)
     python -m jobs list | show ID [--json] [--diagnostics] | cancel ID | delete ID | resume ID
     python -m jobs export ID --format netcdf|npz --out PATH
+    python -m jobs export ID --format tati --out DIR [--every-nth N]  # TATi's 3 CSV tables
     python -m jobs check                         # what is damaged in the store (exit 1 if any)
     python -m jobs sweep dln --class tiny --problems 16 --samplers sgld,rmsprop-sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --steps 5000 --json      # the DLN benchmark
@@ -393,6 +394,10 @@ def cmd_delete(args: argparse.Namespace, store: Store) -> int:
 @_store_errors
 def cmd_export(args: argparse.Namespace, store: Store) -> int:
     """Exit 1 when damaged records were left out of the file (each range named on stderr)."""
+    if args.format == "tati":
+        return _export_tati(args, store)
+    if args.every_nth is not None:
+        raise SpecError("--every-nth", f"applies to --format tati only, not {args.format}")
     record = store.get(args.id)
     try:
         spec = parse_spec(record.spec)
@@ -419,6 +424,20 @@ def cmd_export(args: argparse.Namespace, store: Store) -> int:
             file=sys.stderr,
         )
     return 1 if damaged else 0
+
+
+def _export_tati(args: argparse.Namespace, store: Store) -> int:
+    """TATi's three CSV tables into the folder ``--out`` (created if missing), one path a line."""
+    from . import tati
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        files = ", ".join(tati.FILES)
+        raise SpecError("--out", f"{args.out} is a file: --format tati writes {files} in a folder")
+    every = 1 if args.every_nth is None else args.every_nth
+    for path in _write(out, lambda folder: tati.export(store, args.id, folder, every)):
+        print(path)
+    return 0
 
 
 def _floats(text: str, flag: str) -> tuple[float, ...]:
@@ -607,8 +626,15 @@ def main(argv: list[str] | None = None) -> int:
     resume.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     export = sub.add_parser("export")
     export.add_argument("id")
-    export.add_argument("--format", choices=("netcdf", "npz"), default="npz")
-    export.add_argument("--out", required=True)
+    export.add_argument("--format", choices=("netcdf", "npz", "tati"), default="npz")
+    export.add_argument("--out", required=True, help="a file; for tati a folder")
+    export.add_argument(
+        "--every-nth",
+        dest="every_nth",
+        type=int,
+        help="tati: a row every N steps (1, the default: every stored record; else a "
+        "multiple of the run's thin)",
+    )
     sub.add_parser("check", help="list what is damaged in the store; exit 1 when anything is")
     sweep_parser = sub.add_parser("sweep", help="LLC sweeps: the DLN benchmark, calibration")
     kinds = sweep_parser.add_subparsers(dest="sweep", required=True)
