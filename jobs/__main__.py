@@ -9,6 +9,8 @@
     python -m jobs export ID --format netcdf|npz --out PATH
     python -m jobs export ID --format tati --out DIR [--every-nth N]  # TATi's 3 CSV tables
     python -m jobs check                         # what is damaged in the store (exit 1 if any)
+    python -m jobs sweep order --target harmonic --samplers gla1,gla2 --step-sizes 0.25,0.125 \\
+        --observable virial --json                   # TATi's integrator-order study, slopes
     python -m jobs sweep dln --class tiny --problems 16 --samplers sgld,rmsprop-sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --steps 5000 --json      # the DLN benchmark
     python -m jobs sweep calibrate --target dln ... --sampler sgld \\
@@ -484,6 +486,22 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
             device=args.device or "auto",
             dtype=args.dtype or "float32",
         )
+    elif args.sweep == "order":
+        samplers_ = tuple(s for s in args.samplers.replace(" ", "").split(",") if s)
+        params, cells = sweep.order_specs(
+            target=args.target,
+            target_params=_pairs(args.target_param, "--target-param"),
+            samplers=samplers_,
+            step_sizes=step_sizes,
+            observable=args.observable,
+            beta=args.beta,
+            friction=args.friction,
+            chains=args.chains,
+            steps=args.steps,
+            seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+        )
     else:
         nbetas = (None,) if not args.nbetas else _floats(args.nbetas, "--nbetas")
         base = parse_spec({**spec_from_args(args), "observables": ["llc"]})
@@ -526,6 +544,14 @@ def _print_sweep(result: dict, as_json: bool) -> int:
             f"NaN chains {m['nan_fraction']:.2f} runs {m['nan_run_fraction']:.2f}  "
             f"order {fmt(m['order_preservation'])}"
         )
+    for f in result.get("fits", []):
+        slope = "-" if f["slope"] is None else f"{f['slope']:.2f} +- {f['slope_se']:.2f}"
+        print(
+            f"{f['sampler']:<6} slope {slope:<14} (expected {f['expected']}, {f['points']} points)"
+        )
+    for c in result.get("cells", []) if result["kind"] == "order" else []:
+        error = "-" if c["error"] is None else f"{c['error']:+.3e} +- {c['error_se']:.1e}"
+        print(f"{c['sampler']:<6} h {c['step_size']:<10.4g} relative error {error}")
     for c in result.get("cells", []) if result["kind"] == "calibrate" else []:
         llc = "-" if c["llc"] is None else f"{c['llc']:.4g}"
         print(
@@ -636,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         "multiple of the run's thin)",
     )
     sub.add_parser("check", help="list what is damaged in the store; exit 1 when anything is")
-    sweep_parser = sub.add_parser("sweep", help="LLC sweeps: the DLN benchmark, calibration")
+    sweep_parser = sub.add_parser("sweep", help="sweeps: the DLN benchmark, calibration, order")
     kinds = sweep_parser.add_subparsers(dest="sweep", required=True)
     for name in ("dln", "calibrate"):
         k = kinds.add_parser(name)
@@ -673,6 +699,22 @@ def main(argv: list[str] | None = None) -> int:
             action="store_true",
             help="queue the runs, print the sweep id and return",
         )
+    k = kinds.add_parser("order", help="TATi's integrator-order study (reference 003, Figs 2-4)")
+    k.add_argument("--target", default="harmonic", help="a potential or network (TATi: harmonic)")
+    k.add_argument("--target-param", action="append", default=[], metavar="K=V")
+    k.add_argument("--samplers", default="gla1,gla2,baoab,sgld")
+    k.add_argument("--step-sizes", dest="step_sizes", default="0.25,0.125,0.0625,0.03125")
+    k.add_argument("--observable", choices=("virial", "kinetic"), default="virial")
+    k.add_argument("--beta", type=float, default=10.0, help="inverse temperature (TATi's)")
+    k.add_argument("--friction", type=float, default=1.0, help="gamma")
+    k.add_argument("--chains", type=int, default=4096, help="chains a cell (the paper's seeds)")
+    k.add_argument("--steps", type=int, default=10_000)
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--device", default="auto")
+    k.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    k.add_argument("--json", action="store_true")
+    k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
+    k.add_argument("--submit-only", dest="submit_only", action="store_true")
     for name in ("show", "delete"):
         k = kinds.add_parser(name)
         k.add_argument("id")

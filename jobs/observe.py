@@ -1,5 +1,5 @@
-"""Observables computed alongside a run's chains: the LLC (``"llc"``) and the posterior-predictive
-metrics of the kept draws (``"predictive"``).
+"""Observables computed alongside a run's chains: the LLC (``"llc"``), the posterior-predictive
+metrics of the kept draws (``"predictive"``) and TATi's thermodynamic averages (``"thermo"``).
 
 An observable sees the run at four points: ``start`` (before the chains exist: it may choose
 where they start, e.g. train to w0, or return the start it is given), ``block`` (every block of
@@ -267,4 +267,88 @@ class PredictiveObserver:
         return self.sums.result(keep)
 
 
-OBSERVERS = {"llc": LLCObserver, "predictive": PredictiveObserver}
+class ThermoObserver:
+    """TATi's thermodynamic averages (reference 003 section 3) over every step after the burn-in,
+    per chain on the device: the virial w . grad U(w), whose mean is d T for a confining U (the
+    virial theorem: it costs one full-data gradient a step, at the step's position), and, for
+    kernels with a momentum, the kinetic energy |p|^2 / 2, whose mean is d T / 2. U is the
+    energy the kernel samples, exp(-U / T) (nbeta L, the prior, the localisation), T the
+    kernel's temperature (1 where it has none). The summary gives each as the mean over the
+    chains that did not diverge, its SE over those chains, the exact value and the relative
+    error: what the integrator-order study (jobs.sweep "order") plots against the step size."""
+
+    needs_positions = True  # every step's, whether or not the run records them
+    ROWS = 1 << 16  # positions whose gradient is taken at once (x the data's points a row)
+
+    def __init__(self, spec: RunSpec, target: Target, kernel: Kernel, store: Store, run_id: str):
+        self.spec, self.target, self.kernel = spec, target, kernel
+        self.temperature = float(getattr(kernel, "temperature", 1.0))
+        self.sums: dict[str, torch.Tensor] = {}
+        self.count = 0
+        self.diverged: torch.Tensor | None = None
+
+    def start(self, chains, device, report, position=None):
+        self.center = position  # the kernel's localisation centre is the chains' start
+        return position
+
+    def block(self, first_step: int, info) -> None:
+        skip = max(0, self.spec.burn_in - first_step)
+        w = info.position[skip:]  # [T, C, d]
+        self.diverged = info.diverged[-1].clone()
+        if not len(w):
+            return
+        steps, chains, dim = w.shape
+        per = max(1, self.ROWS // (chains * max(1, self.target.n or 1)))  # steps per gradient
+        virial = []
+        for first in range(0, steps, per):
+            x = w[first : first + per].reshape(-1, dim)
+            centre = Centre(self.center.repeat(len(x) // chains, 1))
+            grad = self.kernel.energy(x, centre, self.target, None).grad
+            virial.append((x * grad).sum(-1).reshape(-1, chains))
+        values = {"virial": torch.cat(virial)}
+        if "kinetic" in info.scalars:
+            values["kinetic"] = info.scalars["kinetic"][skip:]
+        for name, value in values.items():
+            total = value.double().sum(0)
+            self.sums[name] = self.sums[name] + total if name in self.sums else total
+        self.count += steps
+
+    def flush(self, done: int, state, write: bool = True) -> None:
+        """Nothing live: the averages come at the end."""
+
+    def summary(self, records: dict[str, np.ndarray]) -> dict:
+        dim, temp = self.target.dim, self.temperature
+        keep = None if self.diverged is None else (~self.diverged).cpu().numpy()
+        out: dict = {"temperature": temp, "steps": self.count, "dim": dim}
+        for name, exact in (("virial", dim * temp), ("kinetic", dim * temp / 2)):
+            if name not in self.sums or not self.count:
+                out[name] = None
+                continue
+            per_chain = (self.sums[name] / self.count).cpu().numpy()
+            per_chain = per_chain[keep & np.isfinite(per_chain)]
+            mean = float(per_chain.mean()) if len(per_chain) else math.nan
+            se = (
+                float(per_chain.std(ddof=1) / math.sqrt(len(per_chain)))
+                if len(per_chain) > 1
+                else math.nan
+            )
+            out[name] = {
+                "mean": mean,
+                "se": se,
+                "exact": exact,
+                "error": (mean - exact) / exact,
+                "error_se": se / exact,
+                "chains": len(per_chain),
+            }
+        out["diverged_chains"] = 0 if keep is None else int((~keep).sum())
+        return out
+
+
+class Centre:
+    """The one field of a kernel's state its energy reads (the localisation centre)."""
+
+    def __init__(self, center: torch.Tensor):
+        self.center = center
+
+
+OBSERVERS = {"llc": LLCObserver, "predictive": PredictiveObserver, "thermo": ThermoObserver}

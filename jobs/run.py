@@ -105,7 +105,10 @@ def execute(
         store.put_array(run_id, "projection", basis.cpu().numpy())
     recorder = Recorder(spec, est, store, run_id, isinstance(kernel, MHKernel), basis)
     recorder.fractional = kernel.fractional_acceptance
-    positions = est.positions != "none"
+    # an observer may need every step's position (the virial) where the run records none
+    positions = est.positions != "none" or any(
+        getattr(o, "needs_positions", False) for o in observers.values()
+    )
 
     chunk, compiled, stopped = None, False, False
     if spec.compile == "always":
@@ -249,6 +252,8 @@ class Recorder:
         if self.mh:  # a flag as bool, a quarter of the bytes; NUTS's accept_stat as it is
             accepted = take(info.accepted)
             kept["accepted"] = accepted if self.fractional else accepted > 0.5
+        if position is not None and self.est.positions == "none":  # an observer's alone
+            position = None
         if position is not None:
             position = take(position)
             kept["position"] = position if self.basis is None else position @ self.basis

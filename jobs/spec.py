@@ -38,6 +38,8 @@ OBSERVABLES: dict[str, str] = {
     "llc": "local learning coefficient at w0: nbeta (E[L] - L(w0)), live, with health warnings",
     "predictive": "posterior-predictive metrics of the kept draws on the test set: ensemble "
     "log p, accuracy, ECE, confidence, curvature",
+    "thermo": "TATi's thermodynamic averages over every step after the burn-in: the virial "
+    "w . grad U (d T for a confining U; one more gradient a step) and the kinetic energy (d T / 2)",
 }
 
 # Records buffered on the device between two flushes when flush_every is 0 (auto, ~0.5 s): the

@@ -1,0 +1,250 @@
+"""TATi's thermodynamic checks and its integrator-order study (reference 003 section 7, tests 1,
+3 and 4; Figs. 2-4), through the "thermo" observable and the "order" sweep, against values
+derived here: equipartition, the virial theorem, and each integrator's exact invariant
+covariance on a quadratic loss (the discrete Lyapunov equation of its linear recursion).
+
+The slopes are fitted where the Monte Carlo can see them on a CI budget, the harmonic
+oscillator. On the two clusters (gamma = 10, as Fig. 4) GLA1's first-order regime starts only
+below h = 2^-9, where its error is ~5e-3 of <virial> (it changes sign near 2^-7.5) and the slow
+mode's IAT is ~500 steps: ~10^10 chain-steps to fit. There each cell is checked against its
+exact error at the largest stable step instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from parallel import parallel_map
+from scipy import linalg
+
+import landscapes
+from jobs import sweep
+from jobs.run import execute
+from jobs.spec import parse_spec
+from jobs.store import Store
+
+SCHEMES = {"gla1": "BAO", "gla2": "BOBA", "baoab": "BAOAB"}
+
+
+def exact_errors(scheme: str, hessian: np.ndarray, h: float, gamma: float, beta: float):
+    """Relative errors of <w . grad U> and <K> under the integrator's invariant law, for
+    U = w^T H w / 2 (TATi units: p ~ N(0, 1/beta), mass 1): compose the letters' linear maps on
+    z = (w, p) with the noise each O injects and solve S = M S M^T + N N^T."""
+    d, temp = len(hessian), 1 / beta
+    eye, zero = np.eye(d), np.zeros((d, d))
+    m, noise = np.eye(2 * d), np.zeros((2 * d, 0))
+    for letter in scheme:
+        dt = h / scheme.count(letter)
+        extra = np.zeros((2 * d, 0))
+        if letter == "A":
+            step = np.block([[eye, dt * eye], [zero, eye]])
+        elif letter == "B":
+            step = np.block([[eye, zero], [-dt * hessian, eye]])
+        else:
+            a = math.exp(-gamma * dt)
+            step = np.block([[eye, zero], [zero, a * eye]])
+            extra = np.vstack([zero, math.sqrt(temp * (1 - a * a)) * eye])
+        m, noise = step @ m, np.hstack([step @ noise, extra])
+    s = linalg.solve_discrete_lyapunov(m, noise @ noise.T)
+    virial, kinetic = np.trace(hessian @ s[:d, :d]), np.trace(s[d:, d:]) / 2
+    return virial / (d * temp) - 1, kinetic / (d * temp / 2) - 1
+
+
+def sgld_error(hessian: np.ndarray, h: float, beta: float) -> float:
+    """TATi's SGLD w - h H w + sqrt(2 h / beta) xi: its exact <w . grad U> error."""
+    d = len(hessian)
+    m = np.eye(d) - h * hessian
+    s = linalg.solve_discrete_lyapunov(m, 2 * h / beta * np.eye(d))
+    return np.trace(hessian @ s) * beta / d - 1
+
+
+def hessian_of(target_name: str, params: dict) -> np.ndarray:
+    """U's Hessian in TATi's units (the total loss: a network's n times Basin's mean loss)."""
+    target = landscapes.make(target_name, dtype="float64", **params)
+    total = target.n or 1
+    w = torch.zeros(target.dim, dtype=torch.float64)
+    return torch.autograd.functional.hessian(lambda v: total * target.loss(v[None])[0], w).numpy()
+
+
+def run_cell(job: tuple) -> dict:
+    """One cell of an order sweep, run in-process into a store of its own: its thermo summary."""
+    home, data = job
+    spec = parse_spec(data)
+    store = Store(home)
+    run_id = store.create(spec.model_dump(mode="json"))
+    return execute(spec, store, run_id)["observables"]["thermo"]
+
+
+def run_study(tmp_path, observable: str, cells: list[tuple[str, float]], **settings) -> dict:
+    """The order sweep's cells (sampler, h), run in parallel; (sampler, h) -> thermo summary."""
+    jobs, keys = [], []
+    for i, (sampler, h) in enumerate(cells):
+        _, (cell,) = sweep.order_specs(
+            samplers=(sampler,), step_sizes=(h,), observable=observable, **settings
+        )
+        jobs.append((str(tmp_path / f"cell{i}"), cell[1].model_dump(mode="json")))
+        keys.append((sampler, h))
+    return dict(zip(keys, parallel_map(run_cell, jobs), strict=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# Section 7, tests 1 and 3.
+
+
+def test_o_step_keeps_the_momentum_at_its_temperature(tmp_path):
+    # grad U ~ 1e-12 w: the B and A steps move nothing that matters, the O step is exact
+    target = {"name": "gaussian", "params": {"dim": 3, "scales": [1e6]}}
+    temperature, chains = 0.4, 512
+    spec = parse_spec(
+        {
+            "target": target,
+            "sampler": {"name": "baoab", "params": {"step_size": 0.3, "temperature": temperature}},
+            "chains": chains,
+            "steps": 400,
+            "thin": 400,
+            "dtype": "float64",
+            "compile": "never",
+            "observables": ["thermo"],
+        }
+    )
+    store = Store(tmp_path)
+    thermo = execute(spec, store, store.create(spec.model_dump(mode="json")))["observables"]
+    kinetic = thermo["thermo"]["kinetic"]
+    # K = T chi2_3 / 2 per step; a chain's time average over 400 steps at friction 1 and step
+    # 0.3 (momentum correlation exp(-0.3) a step, tau = 6.8 for p^2): SE from the chains
+    assert kinetic["exact"] == pytest.approx(3 * temperature / 2)
+    assert abs(kinetic["error"]) < 4 * kinetic["error_se"]
+    assert kinetic["error_se"] < 0.01  # the check has teeth: a 4% bias would fail
+
+
+def test_virial_theorem_on_a_confining_non_gaussian_potential(tmp_path):
+    # the banana: <w . grad U> = d T by integration by parts; BAOAB's bias at h = 0.05 is O(h^2)
+    spec = parse_spec(
+        {
+            "target": {"name": "banana", "params": {}},
+            "sampler": {"name": "baoab", "params": {"step_size": 0.05, "temperature": 1.0}},
+            "chains": 1024,
+            "steps": 3000,
+            "burn_in": 1000,
+            "thin": 3000,
+            "dtype": "float64",
+            "compile": "never",
+            "observables": ["thermo"],
+        }
+    )
+    store = Store(tmp_path)
+    thermo = execute(spec, store, store.create(spec.model_dump(mode="json")))["observables"]
+    virial = thermo["thermo"]["virial"]
+    assert virial["exact"] == 2.0
+    assert abs(virial["error"]) < 4 * virial["error_se"] + 0.01, virial
+    assert virial["error_se"] < 0.02
+
+
+def test_fit_order_recovers_a_power_law_and_ignores_the_noise_floor():
+    h = np.array([0.25, 0.125, 0.0625, 0.03125])
+    fit = sweep.fit_order(h, 0.3 * h**2, np.full(4, 1e-6))
+    assert fit["slope"] == pytest.approx(2.0, abs=1e-9)
+    assert fit["points"] == 4
+    # an error within 2 SE of zero says nothing about the order: left out
+    fit = sweep.fit_order(h, [0.3 * 0.25, 0.3 * 0.125, 1e-7, -1e-7], [1e-4] * 4)
+    assert fit["points"] == 2 and fit["slope"] == pytest.approx(1.0)
+    assert sweep.fit_order(h, [1e-7] * 4, [1e-4] * 4) is None
+
+
+def test_order_specs_map_tati_units_and_refuse_what_has_no_answer():
+    _, cells = sweep.order_specs(
+        target="slp", target_params={"dataset": "two-clusters"}, step_sizes=(0.01,), beta=10.0
+    )
+    params = {c["sampler"]: s.sampler.params for c, s in cells}
+    assert params["gla1"]["temperature"] == pytest.approx(0.1)
+    assert params["gla1"]["nbeta"] == 500  # TATi's L sums the 500 points' losses
+    assert params["sgld"]["step_size"] == pytest.approx(0.002)  # 2 h / beta
+    assert params["sgld"]["nbeta"] == 5000  # beta n
+    with pytest.raises(Exception, match="sgld has no momentum"):
+        sweep.order_specs(observable="kinetic")
+    with pytest.raises(Exception, match="samplers"):
+        sweep.order_specs(samplers=("hmc",))
+    with pytest.raises(Exception, match="beta"):
+        sweep.order_specs(beta=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Section 7, test 4: the orders, from simulations, against the exact errors.
+
+HARMONIC = {"target": "harmonic", "target_params": {"a": 1.0}, "beta": 10.0, "friction": 1.0}
+
+
+@pytest.mark.slow
+def test_integrator_orders_on_the_harmonic_oscillator(tmp_path):
+    """L = theta^2 (omega^2 = 2), beta = 10, gamma = 1: GLA1's <virial> error is first order,
+    GLA2's second, BAOAB's <K> second (<p^2> beta = 1 - h^2 omega^2 / 4) while its <virial>
+    is exact, SGLD's first (in its own step); each cell within 4 SE (+1% of itself) of the
+    Lyapunov value."""
+    steps = {
+        ("gla1", "virial"): (0.125, 0.0625, 0.03125),  # exact local slopes 0.85, 0.93
+        ("gla2", "virial"): (0.5, 0.25, 0.125),
+        ("baoab", "kinetic"): (0.5, 0.25, 0.125),
+        ("sgld", "virial"): (0.125, 0.0625, 0.03125),
+    }
+    hessian = hessian_of("harmonic", {"a": 1.0})
+    for (sampler, observable), hs in steps.items():
+        got = run_study(
+            tmp_path / sampler,
+            observable,
+            [(sampler, h) for h in hs],
+            chains=4096,
+            steps=6000,
+            **HARMONIC,
+        )
+        errors, ses = [], []
+        for h in hs:
+            value = got[(sampler, h)][observable]
+            if sampler == "sgld":
+                exact = sgld_error(hessian, h, 10.0)
+            else:
+                virial, kinetic = exact_errors(SCHEMES[sampler], hessian, h, 1.0, 10.0)
+                exact = virial if observable == "virial" else kinetic
+            if sampler == "baoab":  # the closed form of reference 003 section 3
+                assert exact == pytest.approx(-(h**2) * 2 / 4, rel=1e-9)
+            assert abs(value["error"] - exact) < 4 * value["error_se"] + 0.01 * abs(exact), (
+                sampler,
+                h,
+                value,
+                exact,
+            )
+            errors.append(value["error"])
+            ses.append(value["error_se"])
+        fit = sweep.fit_order(hs, errors, ses)
+        assert fit is not None and fit["points"] == len(hs), (sampler, fit)
+        assert abs(fit["slope"] - sweep.EXPECTED_ORDER[sampler]) < 0.4, (sampler, fit)
+
+
+def test_two_clusters_cells_match_their_exact_errors(tmp_path):
+    """TATi's two clusters (SLP, MSE: a quadratic loss in 3 parameters, Hessian eigenvalues 38
+    to 7981), beta = 10, gamma = 10 as in Fig. 4, at the largest stable step, where each
+    integrator's bias is large: GLA1 and GLA2 against their exact errors. This checks the
+    network path and TATi's units (nbeta = n, temperature 1 / beta)."""
+    settings = {
+        "target": "slp",
+        "target_params": {"dataset": "two-clusters"},
+        "beta": 10.0,
+        "friction": 10.0,
+        "chains": 256,
+        "steps": 1600,
+    }
+    cells = [("gla1", 2.0**-6), ("gla2", 2.0**-6)]
+    got = run_study(tmp_path, "virial", cells, **settings)
+    hessian = hessian_of("slp", {"dataset": "two-clusters"})
+    for (sampler, h), thermo in got.items():
+        value = thermo["virial"]
+        exact = exact_errors(SCHEMES[sampler], hessian, h, 10.0, 10.0)[0]
+        assert abs(exact) > 0.25 and value["error_se"] < 0.1 * abs(exact)  # a visible bias
+        assert abs(value["error"] - exact) < 4 * value["error_se"] + 0.01 * abs(exact), (
+            sampler,
+            h,
+            value,
+            exact,
+        )
