@@ -19,6 +19,7 @@ from charts.llc import (
     nan_fraction_figure,
     order_preservation_figure,
 )
+from charts.order import order_figure
 from charts.runs import (
     density_figure,
     histogram_density,
@@ -48,6 +49,7 @@ __all__ += [
     "order_preservation_figure",
 ]
 __all__ += ["funnel_figure", "step_curve"]
+__all__ += ["order_figure"]
 __all__ += [
     "density_figure",
     "histogram_density",

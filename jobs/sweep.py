@@ -29,6 +29,7 @@ from itertools import combinations
 
 import numpy as np
 
+import landscapes
 from samplers import llc
 
 from .spec import RunSpec, SpecError, check_budget, parse_spec
@@ -378,8 +379,6 @@ def order_specs(
     temperature 1/beta with ``step_size`` = the step h. SGLD has no temperature: TATi's
     w - h grad L + sqrt(2h/beta) xi is Basin's SGLD at nbeta = beta n_L and step 2h/beta,
     listed at h. Every cell has the same seed (the same starts and, per kernel, stream)."""
-    import landscapes
-
     params = dict(locals())
     params["samplers"], params["step_sizes"] = list(samplers), list(step_sizes)
     params["target_params"] = target_params = dict(target_params or {})

@@ -12,6 +12,7 @@ exact error at the largest stable step instead.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -248,3 +249,24 @@ def test_two_clusters_cells_match_their_exact_errors(tmp_path):
             value,
             exact,
         )
+
+
+def test_the_cli_runs_a_study_and_prints_each_cell_and_slope(tmp_path):
+    from test_jobs import cli
+
+    out = cli(
+        tmp_path,
+        *("sweep", "order", "--target", "harmonic", "--target-param", "a=1"),
+        *("--samplers", "gla2", "--step-sizes", "0.5,0.25", "--chains", "256", "--steps", "600"),
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    hessian = hessian_of("harmonic", {"a": 1.0})
+    for c in result["cells"]:  # GLA2's bias at h = 0.5, 0.25: 14% and 3.2%
+        exact = exact_errors("BOBA", hessian, c["step_size"], 1.0, 10.0)[0]
+        assert abs(c["error"] - exact) < 4 * c["error_se"] + 0.01 * exact
+    (fit,) = result["fits"]
+    assert fit["sampler"] == "gla2" and fit["points"] == 2 and abs(fit["slope"] - 2.1) < 0.4
+    bad = cli(tmp_path, "sweep", "order", "--samplers", "hmc", "--step-sizes", "0.1")
+    assert bad.returncode != 0 and "samplers" in bad.stderr

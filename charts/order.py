@@ -1,0 +1,105 @@
+"""The integrator-order study's figure (TATi, reference 003, Figs. 2-4): the relative error of
+<virial> or <K> against the step size on log-log axes, one colour per integrator, with each
+one's fitted line and slope, and guide lines of slope 1 and 2.
+
+Inputs are ``jobs.sweep.order_results``'s cells and fits; a cell not finished yet is absent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+from charts.style import FONT, LEGEND
+
+PALETTE = qualitative.Plotly
+NOISE_FLOOR = 2.0  # as jobs.sweep.NOISE_FLOOR: a point within 2 SE of zero is drawn hollow
+LABELS = {"virial": "⟨w · ∇U⟩", "kinetic": "⟨K⟩"}
+
+
+def order_figure(cells: Sequence[dict], fits: Sequence[dict], observable: str) -> go.Figure:
+    """|relative error| against h per integrator (log-log) with +-SE bars; points the fit left
+    out (within the noise floor) hollow; the fitted line over the fitted range, its slope in
+    the legend; dotted guides of slope 1 and 2 through the middle of the data."""
+    fig = go.Figure()
+    colour = {f["sampler"]: PALETTE[i % len(PALETTE)] for i, f in enumerate(fits)}
+    all_h, all_e = [], []
+    for fit in fits:
+        name = fit["sampler"]
+        rows = sorted(
+            (c for c in cells if c["sampler"] == name and c["error"] is not None),
+            key=lambda c: c["step_size"],
+        )
+        if not rows:
+            continue
+        h = np.array([c["step_size"] for c in rows], dtype=float)
+        e = np.abs([c["error"] for c in rows])
+        se = np.array([c["error_se"] or 0.0 for c in rows], dtype=float)
+        floor = e <= NOISE_FLOOR * se
+        shown = np.maximum(e, 1e-12)  # an exact zero has no place on a log axis
+        all_h += h.tolist()
+        all_e += shown[~floor].tolist()
+        slope = ""
+        if fit["slope"] is not None:
+            slope = f": slope {fit['slope']:.2f} ± {fit['slope_se']:.2f}"
+        fig.add_trace(
+            go.Scatter(
+                x=h,
+                y=shown,
+                mode="markers",
+                name=f"{name}{slope} (order {fit['expected']})",
+                legendgroup=name,
+                marker={
+                    "color": colour[name],
+                    "size": 10,
+                    "symbol": ["circle-open" if f else "circle" for f in floor],
+                },
+                error_y={"type": "data", "array": se, "visible": True},
+                hovertemplate=f"{name}<br>h %{{x:.4g}}<br>|error| %{{y:.3g}}<extra></extra>",
+            )
+        )
+        if fit["slope"] is not None:
+            used = h[~floor]
+            x = np.geomspace(used.min(), used.max(), 20)
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=np.exp(fit["intercept"]) * x ** fit["slope"],
+                    mode="lines",
+                    line={"color": colour[name]},
+                    legendgroup=name,
+                    showlegend=False,
+                    hoverinfo="skip",
+                )
+            )
+    if all_h and all_e:  # guides through the geometric middle of the data
+        h0, e0 = math.exp(np.mean(np.log(all_h))), math.exp(np.mean(np.log(all_e)))
+        x = np.geomspace(min(all_h), max(all_h), 20)
+        for order, dash in ((1, "dot"), (2, "dash")):
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=e0 * (x / h0) ** order,
+                    mode="lines",
+                    name=f"slope {order}",
+                    line={"color": "gray", "dash": dash, "width": 1},
+                    hoverinfo="skip",
+                )
+            )
+    label = LABELS.get(observable, observable)
+    fig.update_layout(
+        title=f"Relative error of {label} against the step size",
+        xaxis={"title": "step size h (log scale)", "type": "log"},
+        yaxis={"title": f"|{label} − exact| / exact (log scale)", "type": "log"},
+        font=FONT,
+        legend=LEGEND,
+        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+        height=480,
+    )
+    fig.update_xaxes(exponentformat="power")
+    fig.update_yaxes(exponentformat="power")
+    return fig
