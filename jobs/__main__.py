@@ -703,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--target", default="harmonic", help="a potential or network (TATi: harmonic)")
     k.add_argument("--target-param", action="append", default=[], metavar="K=V")
     k.add_argument("--samplers", default="gla1,gla2,baoab,sgld")
-    k.add_argument("--step-sizes", dest="step_sizes", default="0.25,0.125,0.0625,0.03125")
+    k.add_argument("--step-sizes", dest="step_sizes", default="0.125,0.0625,0.03125,0.015625")
     k.add_argument("--observable", choices=("virial", "kinetic"), default="virial")
     k.add_argument("--beta", type=float, default=10.0, help="inverse temperature (TATi's)")
     k.add_argument("--friction", type=float, default=1.0, help="gamma")

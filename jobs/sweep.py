@@ -362,7 +362,7 @@ def order_specs(
     target: str = "harmonic",
     target_params: dict | None = None,
     samplers: tuple[str, ...] = ORDER_SAMPLERS,
-    step_sizes: tuple[float, ...] = (0.25, 0.125, 0.0625, 0.03125),
+    step_sizes: tuple[float, ...] = (0.125, 0.0625, 0.03125, 0.015625),
     observable: str = "virial",
     beta: float = 10.0,
     friction: float = 1.0,

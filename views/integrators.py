@@ -79,7 +79,7 @@ with st.expander("More settings", expanded=False):
     chains = c3.number_input(
         "chains per run", 16, 65_536, DEFAULTS["chains"], 256, key="ord.chains"
     )
-    steps = c4.number_input("steps per run", 100, 10_000_000, 4000, 500, key="ord.steps")
+    steps = c4.number_input("steps per run", 100, 10_000_000, 5000, 500, key="ord.steps")
     st.caption(
         "Each run averages every step after the first 10%, over its chains (the paper's seeds): "
         "the error bars are the SE over chains. TATi's units: exp(−βL), p ~ N(0, 1/β); SGLD at "
