@@ -10,6 +10,7 @@
     python -m bench app [--repeats 5] [--quick] [--no-record]
     python -m bench faults [--no-record]    # issue 38's bad inputs and faults: the census
     python -m bench sgrld [--repeats 5] [--quick] [--no-record]  # reference 001's metrics
+    python -m bench eqn [--repeats 5] [--quick] [--jobs 2] [--threads 1] [--no-record]
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
 chain counts in turn (Basin and peer at the first count, then at the next, ...), ``--repeats``
@@ -546,6 +547,47 @@ def sgrld_bench(args: argparse.Namespace) -> None:
     )
 
 
+def eqn_bench(args: argparse.Namespace) -> None:
+    from . import eqn as bench_eqn  # imports torch
+
+    r = bench_eqn.run(args.repeats, args.quick, args.jobs, args.threads)
+    if args.no_record or args.quick:
+        print("(not recorded: --no-record or --quick)")
+        return
+    s = r["study"]
+    record(
+        [
+            "",
+            f"## {now()}: EQN (issue 41)",
+            "",
+            f"`python -m bench {shlex.join(sys.argv[1:])}` (bench/eqn.py), "
+            f"{r['total_s']:.0f} s in all: the overhead timing alone first "
+            f"({r['timing_s']:.0f} s), then the Fig. 10 study's "
+            f"{s['seeds'] * len(bench_eqn.DIMS) * len(bench_eqn.WALKERS)} runs in "
+            f"{s['jobs']} processes ({s['wall']:.0f} s). Goals (issue 41): EQN's time a step "
+            "at most 1.5x BAOAB's on the same walkers; Fig. 10 reproduced (reference 003 "
+            "section 5).",
+            "",
+            machine(
+                f"torch {__import__('torch').__version__}, CPU, {args.threads} torch thread(s) "
+                "for the timing, 1 a study process"
+            ),
+            "",
+            f"Overhead: {r['overhead_steps']} steps a measurement (= covariance_every: each "
+            f"holds one rebuild of B), median of {args.repeats} turns, the same walkers and "
+            f"noise stream for both kernels; BAOAB step 0.125 on the Gaussian, "
+            f"{bench_eqn.MLP_STEP} on the MLP (gaussian prior, U = n L + prior), friction 1, "
+            "EQN eta 10.",
+            "",
+            *bench_eqn.OVERHEAD_HEADER,
+            *(bench_eqn.overhead_line(row) for row in r["overhead"]),
+            "",
+            *r["study_lines"],
+            "",
+        ]
+    )
+
+
 def live_bench(args: argparse.Namespace) -> None:
     from . import live as bench_live
 
@@ -631,6 +673,12 @@ def main() -> None:
     sgrld.add_argument("--repeats", type=int, default=5)
     sgrld.add_argument("--quick", action="store_true", help="short runs, not recorded")
     sgrld.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    eqn = sub.add_parser("eqn", help="EQN: Fig. 10's IAT study and its overhead vs BAOAB")
+    eqn.add_argument("--repeats", type=int, default=5, help="turns of the overhead timing")
+    eqn.add_argument("--quick", action="store_true", help="short runs, not recorded")
+    eqn.add_argument("--jobs", type=int, default=2, help="processes for the study's seeds")
+    eqn.add_argument("--threads", type=int, default=1, help="torch threads for the timing")
+    eqn.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     live = sub.add_parser("live", help="submit to first records, and gaps while compiling")
     live.add_argument("--repeats", type=int, default=3)
     live.add_argument("--steps", type=int, default=20_000)
@@ -641,6 +689,8 @@ def main() -> None:
         return faults_bench(args)
     if args.command == "sgrld":
         return sgrld_bench(args)
+    if args.command == "eqn":
+        return eqn_bench(args)
     if args.command == "live":
         live_bench(args)
     elif args.command == "app":
