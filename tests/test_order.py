@@ -79,8 +79,11 @@ def run_cell(job: tuple) -> dict:
     return execute(spec, store, run_id)["observables"]["thermo"]
 
 
-def run_study(tmp_path, observable: str, cells: list[tuple[str, float]], **settings) -> dict:
-    """The order sweep's cells (sampler, h), run in parallel; (sampler, h) -> thermo summary."""
+def run_study(
+    tmp_path, observable: str, cells: list[tuple[str, float]], processes: int = 0, **settings
+) -> dict:
+    """The order sweep's cells (sampler, h), run in parallel (``processes`` 1: here, in turn);
+    (sampler, h) -> thermo summary."""
     jobs, keys = [], []
     for i, (sampler, h) in enumerate(cells):
         _, (cell,) = sweep.order_specs(
@@ -88,7 +91,8 @@ def run_study(tmp_path, observable: str, cells: list[tuple[str, float]], **setti
         )
         jobs.append((str(tmp_path / f"cell{i}"), cell[1].model_dump(mode="json")))
         keys.append((sampler, h))
-    return dict(zip(keys, parallel_map(run_cell, jobs), strict=True))
+    done = [run_cell(job) for job in jobs] if processes == 1 else parallel_map(run_cell, jobs)
+    return dict(zip(keys, done, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +191,7 @@ def test_integrator_orders_on_the_harmonic_oscillator(tmp_path):
     steps = {
         ("gla1", "virial"): (0.125, 0.0625, 0.03125),  # exact local slopes 0.85, 0.93
         ("gla2", "virial"): (0.5, 0.25, 0.125),
-        ("baoab", "kinetic"): (0.5, 0.25, 0.125),
+        ("baoab", "kinetic"): (0.5, 0.25),
         ("sgld", "virial"): (0.125, 0.0625, 0.03125),
     }
     hessian = hessian_of("harmonic", {"a": 1.0})
@@ -197,7 +201,7 @@ def test_integrator_orders_on_the_harmonic_oscillator(tmp_path):
             observable,
             [(sampler, h) for h in hs],
             chains=4096,
-            steps=6000,
+            steps=4000,
             **HARMONIC,
         )
         errors, ses = [], []
@@ -237,7 +241,7 @@ def test_two_clusters_cells_match_their_exact_errors(tmp_path):
         "steps": 1600,
     }
     cells = [("gla1", 2.0**-6), ("gla2", 2.0**-6)]
-    got = run_study(tmp_path, "virial", cells, **settings)
+    got = run_study(tmp_path, "virial", cells, processes=1, **settings)  # no spawn: 2 short runs
     hessian = hessian_of("slp", {"dataset": "two-clusters"})
     for (sampler, h), thermo in got.items():
         value = thermo["virial"]
