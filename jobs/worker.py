@@ -181,7 +181,11 @@ def supervise(
             workers = [w for w in workers if w.is_alive()]
             queued = store.list("queued")
             idle_warm = 0 if once else 1  # the warm worker is waiting or already took one
-            for _ in range(min(slots, max(len(queued), idle_warm)) - len(workers)):
+            # a worker busy with a run takes no other: a run queued beside it needs a new one
+            # (counting the queue alone, Compare's second run waited for the first to end)
+            pids = {w.pid for w in workers}
+            busy = sum(r.worker_pid in pids for r in store.list("running"))
+            for _ in range(min(slots, busy + max(len(queued), idle_warm)) - len(workers)):
                 process = context.Process(target=work, args=(str(store.home), threads, not once))
                 process.start()
                 workers.append(process)

@@ -682,3 +682,19 @@ def test_a_supervisor_owned_by_an_app_stops_with_it_and_its_run_ends_interrupted
     finally:
         app.kill()
         supervisor.kill()
+
+
+def test_a_run_queued_beside_a_busy_worker_gets_a_worker_of_its_own(tmp_path):
+    # the warm worker takes the first run at once; the second, queued while it runs, must start
+    # beside it (the supervisor counted the queue alone: 1 queued, 1 worker, none spawned)
+    supervisor = worker(tmp_path, "--slots", "2")
+    store = Store(tmp_path)
+    try:
+        first = cli(tmp_path, "submit", *LONG, "--steps", "2000000").stdout.strip()
+        wait(lambda: store.get(first).status == "running", 120)
+        second = cli(tmp_path, "submit", *LONG, "--steps", "2000000").stdout.strip()
+        wait(lambda: store.get(second).status == "running", 60)
+        assert store.get(first).status == "running"
+    finally:
+        supervisor.terminate()  # its runs end interrupted
+        supervisor.wait(30)
