@@ -490,7 +490,8 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
         samplers_ = tuple(s for s in args.samplers.replace(" ", "").split(",") if s)
         params, cells = sweep.order_specs(
             target=args.target,
-            target_params=_pairs(args.target_param, "--target-param"),
+            target_params=_pairs(args.target_param, "--target-param")
+            or (sweep.HARMONIC_DEFAULT if args.target == "harmonic" else {}),
             samplers=samplers_,
             step_sizes=step_sizes,
             observable=args.observable,
@@ -701,13 +702,19 @@ def main(argv: list[str] | None = None) -> int:
         )
     k = kinds.add_parser("order", help="TATi's integrator-order study (reference 003, Figs 2-4)")
     k.add_argument("--target", default="harmonic", help="a potential or network (TATi: harmonic)")
-    k.add_argument("--target-param", action="append", default=[], metavar="K=V")
+    k.add_argument(
+        "--target-param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="the target's parameters (harmonic: a=2 when none is given)",
+    )
     k.add_argument("--samplers", default="gla1,gla2,baoab,sgld")
     k.add_argument("--step-sizes", dest="step_sizes", default="0.125,0.0625,0.03125,0.015625")
     k.add_argument("--observable", choices=("virial", "kinetic"), default="virial")
     k.add_argument("--beta", type=float, default=10.0, help="inverse temperature (TATi's)")
     k.add_argument("--friction", type=float, default=1.0, help="gamma")
-    k.add_argument("--chains", type=int, default=4096, help="chains a cell (the paper's seeds)")
+    k.add_argument("--chains", type=int, default=16_384, help="chains a run (the paper's seeds)")
     k.add_argument("--steps", type=int, default=10_000)
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--device", default="auto")

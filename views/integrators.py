@@ -50,7 +50,10 @@ with c1:
         target = choice
         spec = landscapes.REGISTRY[target]
         st.caption(f"{spec.doc} — *{spec.paper}*")
-        target_params = ui.param_inputs(spec, key="ord.target", skip=("gradient_noise",))
+        defaults = sweeps.HARMONIC_DEFAULT if target == "harmonic" else None
+        target_params = ui.param_inputs(
+            spec, key="ord.target", skip=("gradient_noise",), defaults=defaults
+        )
 with c2:
     chosen = st.multiselect(
         "Integrators",
