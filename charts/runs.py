@@ -304,7 +304,7 @@ def iat_direction_figure(
         height=height,
         barmode="group",
         xaxis={"title": "direction (1 = widest, slowest)", "type": "category"},
-        yaxis={"title": f"IAT τ ({unit}, log scale)", "type": "log"},
+        yaxis={"title": f"IAT τ ({unit}, log scale)", "type": "log", "dtick": 1},
         font=FONT,
         legend=LEGEND,
         margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},

@@ -3,9 +3,12 @@ AppTest of one page that waits for a submitted run to finish."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -55,3 +58,34 @@ def verdicts(at: AppTest) -> list[str]:
     """The verdicts shown, in any colour."""
     shown = [*at.success, *at.warning, *at.error]
     return [e.value for e in shown if VERDICT in e.value]
+
+
+def array(value) -> np.ndarray:
+    """A plotly trace array from a chart's JSON: a list, or {"dtype", "bdata"} (base64)."""
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+    return np.asarray(value, dtype=float)
+
+
+def figures(at: AppTest) -> dict[str, dict]:
+    """The page's plotly figures as JSON, by title."""
+    out = {}
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        out[(spec["layout"].get("title") or {}).get("text", "")] = spec
+    return out
+
+
+def run_queued(home: Path) -> Store:
+    """Execute the store's runs here, in turn, without compiling (no worker pool): a page's
+    submitted runs, finished for the test."""
+    from jobs.run import execute
+    from jobs.spec import parse_spec
+
+    store = Store(home)
+    for run in store.list():
+        summary = execute(
+            parse_spec(run.spec).model_copy(update={"compile": "never"}), store, run.id
+        )
+        store.finish(run.id, summary["status"], summary=summary)
+    return store

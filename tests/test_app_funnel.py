@@ -4,13 +4,10 @@ store's numbers. No worker is started (BASIN_NO_WORKERS=1): the runs are execute
 
 from __future__ import annotations
 
-import base64
-import json
-
 import numpy as np
 import pytest
 import torch
-from apptest import errors, page
+from apptest import array, errors, figures, page
 
 import charts
 import landscapes
@@ -24,21 +21,6 @@ from jobs.store import Store
 def no_workers(home, monkeypatch):
     monkeypatch.setenv("BASIN_NO_WORKERS", "1")
     return home
-
-
-def array(value) -> np.ndarray:
-    """A plotly trace array from a chart's JSON: a list, or {"dtype", "bdata"} (base64)."""
-    if isinstance(value, dict):
-        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
-    return np.asarray(value, dtype=float)
-
-
-def figures(at) -> dict[str, dict]:
-    out = {}
-    for chart in at.get("plotly_chart"):
-        spec = json.loads(chart.proto.spec)
-        out[(spec["layout"].get("title") or {}).get("text", "")] = spec
-    return out
 
 
 def run_all(store: Store) -> list:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from apptest import errors, page, verdicts, wait_for_runs  # `home` is a fixture from conftest.py
+from apptest import errors, page, run_queued, verdicts, wait_for_runs  # `home`: a conftest fixture
 
 import charts
 import landscapes
@@ -297,8 +297,6 @@ def test_compare_offers_sgrld_s_metrics_and_labels_them_apart(home, monkeypatch)
     """Two runs of one sampler (sgrld in two metrics) are two entries, two histograms, two
     traces and two table rows: keyed by the sampler's name, the second overwrote the first."""
     from jobs import report
-    from jobs.run import execute
-    from jobs.spec import parse_spec
 
     monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # the runs are executed here
     at = page("compare")
@@ -316,12 +314,7 @@ def test_compare_offers_sgrld_s_metrics_and_labels_them_apart(home, monkeypatch)
     at.text_input(key="cmp.sampler.monge.sgrld.step_size").input("0.01").run()
     at.button(key="cmp.run").click().run()
     assert not errors(at), errors(at)
-    store = Store(home)
-    for run in store.list():
-        summary = execute(
-            parse_spec(run.spec).model_copy(update={"compile": "never"}), store, run.id
-        )
-        store.finish(run.id, summary["status"], summary=summary)
+    store = run_queued(home)
     params = {
         r.spec["sampler"]["params"]["metric"]: r.spec["sampler"]["params"] for r in store.list()
     }

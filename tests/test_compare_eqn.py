@@ -4,12 +4,9 @@ against a rotated Gaussian's known axes, the chart's bars, and an AppTest of eqn
 
 from __future__ import annotations
 
-import base64
-import json
-
 import numpy as np
 import pytest
-from apptest import errors, page  # `home` is a fixture from conftest.py
+from apptest import array, errors, figures, page, run_queued  # `home`: a conftest fixture
 
 import charts
 import landscapes
@@ -131,24 +128,7 @@ def test_the_iat_chart_has_a_bar_group_per_sampler_on_a_log_axis():
     assert label.y == 0.0 and "ideal" in label.text
 
 
-def array(value) -> np.ndarray:
-    """A plotly trace array from a chart's JSON: a list, or {"dtype", "bdata"} (base64)."""
-    if isinstance(value, dict):
-        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
-    return np.asarray(value, dtype=float)
-
-
-def figures(at) -> dict[str, dict]:
-    out = {}
-    for chart in at.get("plotly_chart"):
-        spec = json.loads(chart.proto.spec)
-        out[(spec["layout"].get("title") or {}).get("text", "")] = spec
-    return out
-
-
 def test_compare_runs_eqn_with_its_walkers_and_eta_beside_baoab(home, monkeypatch):
-    from jobs.run import execute
-    from jobs.spec import parse_spec
 
     monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # the runs are executed here
     at = page("compare")
@@ -176,12 +156,7 @@ def test_compare_runs_eqn_with_its_walkers_and_eta_beside_baoab(home, monkeypatc
     at.button(key="cmp.run").click().run()
     assert not errors(at), errors(at)
 
-    store = Store(home)
-    for run in store.list():
-        summary = execute(
-            parse_spec(run.spec).model_copy(update={"compile": "never"}), store, run.id
-        )
-        store.finish(run.id, summary["status"], summary=summary)
+    store = run_queued(home)
     specs = {r.spec["sampler"]["name"]: r.spec for r in store.list()}
     assert specs["eqn"]["chains"] == 6 and specs["eqn"]["sampler"]["params"]["eta"] == 5.0
     assert specs["baoab"]["chains"] == 8
