@@ -99,25 +99,31 @@ def run_study(
 # Section 7, tests 1 and 3.
 
 
-def test_o_step_keeps_the_momentum_at_its_temperature(tmp_path):
-    # grad U ~ 1e-12 w: the B and A steps move nothing that matters, the O step is exact
-    target = {"name": "gaussian", "params": {"dim": 3, "scales": [1e6]}}
-    temperature, chains = 0.4, 512
+def thermo_of(tmp_path, target: dict, params: dict, chains: int, steps: int, burn_in: int = 0):
+    """A BAOAB run with the "thermo" observable, executed here: its thermo summary."""
     spec = parse_spec(
         {
             "target": target,
-            "sampler": {"name": "baoab", "params": {"step_size": 0.3, "temperature": temperature}},
+            "sampler": {"name": "baoab", "params": params},
             "chains": chains,
-            "steps": 400,
-            "thin": 400,
+            "steps": steps,
+            "burn_in": burn_in,
+            "thin": steps,
             "dtype": "float64",
             "compile": "never",
             "observables": ["thermo"],
         }
     )
     store = Store(tmp_path)
-    thermo = execute(spec, store, store.create(spec.model_dump(mode="json")))["observables"]
-    kinetic = thermo["thermo"]["kinetic"]
+    return execute(spec, store, store.create(spec.model_dump(mode="json")))["observables"]["thermo"]
+
+
+def test_o_step_keeps_the_momentum_at_its_temperature(tmp_path):
+    # grad U ~ 1e-12 w: the B and A steps move nothing that matters, the O step is exact
+    target = {"name": "gaussian", "params": {"dim": 3, "scales": [1e6]}}
+    temperature = 0.4
+    thermo = thermo_of(tmp_path, target, {"step_size": 0.3, "temperature": temperature}, 512, 400)
+    kinetic = thermo["kinetic"]
     # K = T chi2_3 / 2 per step; a chain's time average over 400 steps at friction 1 and step
     # 0.3 (momentum correlation exp(-0.3) a step, tau = 6.8 for p^2): SE from the chains
     assert kinetic["exact"] == pytest.approx(3 * temperature / 2)
@@ -127,22 +133,9 @@ def test_o_step_keeps_the_momentum_at_its_temperature(tmp_path):
 
 def test_virial_theorem_on_a_confining_non_gaussian_potential(tmp_path):
     # the banana: <w . grad U> = d T by integration by parts; BAOAB's bias at h = 0.05 is O(h^2)
-    spec = parse_spec(
-        {
-            "target": {"name": "banana", "params": {}},
-            "sampler": {"name": "baoab", "params": {"step_size": 0.05, "temperature": 1.0}},
-            "chains": 1024,
-            "steps": 3000,
-            "burn_in": 1000,
-            "thin": 3000,
-            "dtype": "float64",
-            "compile": "never",
-            "observables": ["thermo"],
-        }
-    )
-    store = Store(tmp_path)
-    thermo = execute(spec, store, store.create(spec.model_dump(mode="json")))["observables"]
-    virial = thermo["thermo"]["virial"]
+    banana = {"name": "banana", "params": {}}
+    thermo = thermo_of(tmp_path, banana, {"step_size": 0.05}, 1024, 3000, burn_in=1000)
+    virial = thermo["virial"]
     assert virial["exact"] == 2.0
     assert abs(virial["error"]) < 4 * virial["error_se"] + 0.01, virial
     assert virial["error_se"] < 0.02
