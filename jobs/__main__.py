@@ -11,6 +11,7 @@
     python -m jobs check                         # what is damaged in the store (exit 1 if any)
     python -m jobs sweep order --target harmonic --samplers gla1,gla2 --step-sizes 0.25,0.125 \\
         --observable virial --json                   # TATi's integrator-order study, slopes
+    python -m jobs sweep reprior --widths 8,32,128   # repriorised vs standard ESS by width
     python -m jobs sweep dln --class tiny --problems 16 --samplers sgld,rmsprop-sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --steps 5000 --json      # the DLN benchmark
     python -m jobs sweep calibrate --target dln ... --sampler sgld \\
@@ -234,7 +235,7 @@ def _foreground(args: argparse.Namespace, store: Store, run_id: str, spec) -> in
     from landscapes import ParamError
 
     from .run import execute
-    from .worker import cancelled, disk_full, heartbeat
+    from .worker import cancelled, default_slots, disk_full, heartbeat, torch_threads
 
     record = store.claim(os.getpid(), run_id)
     status = StatusLine()
@@ -244,8 +245,9 @@ def _foreground(args: argparse.Namespace, store: Store, run_id: str, spec) -> in
         line = f"{run_id}: {p.steps_done}/{p.steps_total} steps, {p.steps_per_second:.3g} steps/s"
         status.show(f"{line}, ETA {eta}", final=p.steps_done == p.steps_total)
 
+    threads = torch_threads(default_slots()[1])  # as a worker runs it (jobs.worker)
     try:
-        with heartbeat(store, run_id):
+        with heartbeat(store, run_id), threads:
             summary = execute(spec, store, record.id, cancelled(store, run_id), report)
     except KeyboardInterrupt:
         store.finish(run_id, "cancelled", error="interrupted from the keyboard")
@@ -468,7 +470,7 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
         return 0
     if args.sweep == "show":
         return _print_sweep(sweep.results(store, args.id), args.json)
-    step_sizes = _floats(args.step_sizes, "--step-sizes")
+    step_sizes = _floats(args.step_sizes, "--step-sizes") if args.sweep != "reprior" else ()
     if args.sweep == "dln":
         samplers_ = tuple(s for s in args.samplers.replace(" ", "").split(",") if s)
         if not samplers_:
@@ -499,6 +501,23 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
             friction=args.friction,
             chains=args.chains,
             steps=args.steps,
+            seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+        )
+    elif args.sweep == "reprior":
+        params, cells = sweep.reprior_specs(
+            widths=tuple(int(w) for w in _floats(args.widths, "--widths")),
+            depth=args.depth,
+            n=args.n,
+            data=args.data,
+            chains=args.chains,
+            steps=args.steps,
+            warmup=args.warmup,
+            step_size=args.step_size,
+            refresh=args.refresh,
+            mh=not args.skip_mh,
+            target_accept=args.target_accept,
             seed=args.seed,
             device=args.device,
             dtype=args.dtype,
@@ -558,6 +577,22 @@ def _print_sweep(result: dict, as_json: bool) -> int:
         print(
             f"step {c['step_size']:<8.2g} nbeta {c['nbeta_value']:<10.4g} llc {llc:<10} "
             f"{', '.join(c['flags']) or 'stable'}"
+        )
+    for c in result.get("cells", []) if result["kind"] == "reprior" else []:
+        ess = c["ess"] or {}
+        f, theta = ess.get("f") or {}, ess.get("theta") or {}
+        fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+        print(
+            f"width {c['width']:<6} {c['parametrisation']:<8} {c['status']:<9} "
+            f"ESS/step f {fmt(f.get('mean'))} (min {fmt(f.get('min'))}) "
+            f"theta {fmt(theta.get('mean'))}  acceptance {fmt(c['acceptance'])}  "
+            f"step {fmt(c['step'])}"
+        )
+    for r in result.get("ratios", []):
+        fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+        print(
+            f"width {r['width']:<6} reprior / standard: ESS f x{fmt(r['f'])}, "
+            f"theta x{fmt(r['theta'])}, time a step x{fmt(r['cost'])}"
         )
     if "recommended" in result:
         print(f"recommended step size per nbeta: {result['recommended']}")
@@ -663,7 +698,9 @@ def main(argv: list[str] | None = None) -> int:
         "multiple of the run's thin)",
     )
     sub.add_parser("check", help="list what is damaged in the store; exit 1 when anything is")
-    sweep_parser = sub.add_parser("sweep", help="sweeps: the DLN benchmark, calibration, order")
+    sweep_parser = sub.add_parser(
+        "sweep", help="sweeps: the DLN benchmark, calibration, order, reprior"
+    )
     kinds = sweep_parser.add_subparsers(dest="sweep", required=True)
     for name in ("dln", "calibrate"):
         k = kinds.add_parser(name)
@@ -716,6 +753,26 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--friction", type=float, default=1.0, help="gamma")
     k.add_argument("--chains", type=int, default=16_384, help="chains a run (the paper's seeds)")
     k.add_argument("--steps", type=int, default=10_000)
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--device", default="auto")
+    k.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    k.add_argument("--json", action="store_true")
+    k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
+    k.add_argument("--submit-only", dest="submit_only", action="store_true")
+    k = kinds.add_parser(
+        "reprior", help="repriorisation of wide networks: ESS by width (reference 002, Fig. 7)"
+    )
+    k.add_argument("--widths", default="8,128", help="comma-separated hidden widths")
+    k.add_argument("--depth", type=int, default=1, help="hidden layers")
+    k.add_argument("--n", type=int, default=16, help="training points")
+    k.add_argument("--data", choices=("synthetic", "digits"), default="synthetic")
+    k.add_argument("--chains", type=int, default=2)
+    k.add_argument("--steps", type=int, default=4000)
+    k.add_argument("--warmup", type=int, default=1000, help="step-size adaptation (burn-in)")
+    k.add_argument("--step-size", dest="step_size", type=float, default=0.01, help="initial")
+    k.add_argument("--refresh", type=float, default=0.1, help="momentum refresh beta")
+    k.add_argument("--skip-mh", dest="skip_mh", action="store_true", help="no MH test")
+    k.add_argument("--target-accept", dest="target_accept", type=float, default=0.9)
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--device", default="auto")
     k.add_argument("--dtype", choices=("float32", "float64"), default="float64")

@@ -1,9 +1,11 @@
 """Observables computed alongside a run's chains: the LLC (``"llc"``), the posterior-predictive
-metrics of the kept draws (``"predictive"``) and TATi's thermodynamic averages (``"thermo"``).
+metrics of the kept draws (``"predictive"``), TATi's thermodynamic averages (``"thermo"``) and
+the per-step ESS of random projections (``"ess"``).
 
-An observable sees the run at four points: ``start`` (before the chains exist: it may choose
-where they start, e.g. train to w0, or return the start it is given), ``block`` (every block of
-steps, on the device, no host sync), ``flush`` (with the records: one row of live signals per
+An observable sees the run at four points (and may add per-step arrays to the records with
+``annotate``, called on each block before the recorder keeps it): ``start`` (before the chains
+exist: it may choose where they start, e.g. train to w0, or return the start it is given),
+``block`` (every block of steps, on the device, no host sync), ``flush`` (with the records: one row of live signals per
 flush, in the store's "flushes" series) and ``summary`` (at the end). The run loop knows
 nothing of what they compute.
 """
@@ -18,10 +20,10 @@ import numpy as np
 import torch
 
 from landscapes import ParamError, Target
-from samplers import Kernel, llc, predictive
+from samplers import Kernel, diagnostics, llc, predictive
 from samplers.training import random_init, train
 
-from .spec import RunSpec, SpecError, resolve_w0, target_facts
+from .spec import ESS_PROJECTIONS, RunSpec, SpecError, resolve_w0, target_facts
 from .store import Store
 
 EVAL_POINTS = 8192  # the fixed data subset on which the live MALA diagnostic evaluates U
@@ -344,6 +346,65 @@ class ThermoObserver:
         return out
 
 
+class ESSObserver:
+    """Reference 002's mixing measure: every step's theta (the model's own parameters, also
+    under repriorisation) and, on networks with test data, its predictions f_theta(X_test)
+    (flattened over points x outputs), each projected on PROJECTIONS fixed random directions
+    N(0, I) / sqrt(D) drawn from the seed. The projections are recorded with the records
+    ("theta_projections", "f_projections", [draws, C, k]), so the live page and the summary read
+    the same numbers: the per-step ESS (TFP's truncation, ``diagnostics.ess_per_step``) of each
+    projection, averaged over chains, then its min / mean / max over projections."""
+
+    needs_positions = True
+    PROJECTIONS = ESS_PROJECTIONS
+    NAMES = ("theta_projections", "f_projections")
+
+    def __init__(self, spec: RunSpec, target: Target, kernel: Kernel, store: Store, run_id: str):
+        self.spec, self.target, self.store, self.run_id = spec, target, store, run_id
+        g = torch.Generator().manual_seed(spec.seed + 15_485_863)  # not the chains' stream
+        k = self.PROJECTIONS
+        like = {"dtype": target.dtype, "device": target.device}
+        self.theta_dirs = (torch.randn(target.dim, k, generator=g) / math.sqrt(target.dim)).to(
+            **like
+        )
+        self.x_test = getattr(target, "x_test", None)
+        self.f_dirs = None
+        if self.x_test is not None and len(self.x_test) and hasattr(target, "apply"):
+            outputs = target.apply(torch.zeros(1, target.dim, **like), self.x_test)
+            width = outputs[0].numel()
+            self.f_dirs = (torch.randn(width, k, generator=g) / math.sqrt(width)).to(**like)
+        self.diverged: torch.Tensor | None = None
+
+    def start(self, chains, device, report, position=None):
+        return position
+
+    def annotate(self, first_step: int, info) -> dict[str, torch.Tensor]:
+        """[T, C, k] projections of the block's theta (and predictions)."""
+        theta = info.position  # [T, C, d]: theta, mapped by the run loop
+        out = {"theta_projections": theta @ self.theta_dirs}
+        if self.f_dirs is not None:
+            steps, chains, dim = theta.shape
+            with torch.no_grad():
+                f = self.target.apply(theta.reshape(-1, dim), self.x_test)
+            out["f_projections"] = f.reshape(steps, chains, -1) @ self.f_dirs
+        return out
+
+    def block(self, first_step: int, info) -> None:
+        self.diverged = info.diverged[-1].clone()
+
+    def flush(self, done: int, state, write: bool = True) -> None:
+        """Nothing more: the projections went out with the records."""
+
+    def summary(self, records: dict[str, np.ndarray]) -> dict:
+        burn = math.ceil(self.spec.burn_in / self.spec.thin)
+        kept = self.store.read(self.run_id, since=burn, names=list(self.NAMES))
+        keep = None if self.diverged is None else (~self.diverged).cpu().numpy()
+        out = {"projections": self.PROJECTIONS, "thin": self.spec.thin}
+        for name, key in zip(self.NAMES, ("theta", "f"), strict=True):
+            out[key] = diagnostics.projection_ess(kept[name], keep) if name in kept else None
+        return out
+
+
 class Centre:
     """The one field of a kernel's state its energy reads (the localisation centre)."""
 
@@ -351,4 +412,9 @@ class Centre:
         self.center = center
 
 
-OBSERVERS = {"llc": LLCObserver, "predictive": PredictiveObserver, "thermo": ThermoObserver}
+OBSERVERS = {
+    "llc": LLCObserver,
+    "predictive": PredictiveObserver,
+    "thermo": ThermoObserver,
+    "ess": ESSObserver,
+}

@@ -77,7 +77,8 @@ def execute(
     generator = torch.Generator(device=device).manual_seed(spec.seed)
     start = target.initial(generator, spec.chains)
     if spec.start is not None:
-        start = torch.tensor(spec.start, dtype=start.dtype, device=device).expand_as(start).clone()
+        given = torch.tensor(spec.start, dtype=start.dtype, device=device).expand_as(start)
+        start = target.from_original(given).clone()  # the user gave theta
     observers = {
         name: OBSERVERS[name](spec, target, kernel, store, run_id) for name in spec.observables
     }
@@ -119,6 +120,9 @@ def execute(
     def record(first: int, info) -> None:
         """Keep a piece's records; flush and report when due."""
         nonlocal done, last_flush, last_report, since
+        for observer in observers.values():  # per-step arrays an observer records
+            if hasattr(observer, "annotate"):
+                info.scalars.update(observer.annotate(first, info))
         recorder.keep(first, info)
         for observer in observers.values():
             observer.block(first, info)
@@ -152,8 +156,9 @@ def execute(
             else:
                 before = state.position
                 state, info = kernel.eager(state, target, draws, positions, traced)
-                if traced:
-                    recorder.keep_trace(start, before, info)
+            info = in_original(target, info)
+            if traced and not whole:
+                recorder.keep_trace(start, target.original(before), info)
             record(start, info)
         if stopped:
             break
@@ -186,6 +191,18 @@ def execute(
         spec.model_dump(mode="json"), summary, **recorder.evidence(target, kernel, state)
     )
     return summary
+
+
+def in_original(target, info):
+    """``info`` with its positions (and proposals, paths) in the model's own parameters: theta
+    where the target samples a reparametrisation (``Target.original``), so the records, the
+    observers and every chart see theta, never phi."""
+    if info.position is None or not target.reparametrised:
+        return info
+    for name in ("position", "proposal", "path"):
+        if getattr(info, name) is not None:
+            setattr(info, name, target.original(getattr(info, name)))
+    return info
 
 
 def _chunk(kernel, target, state, length: int, positions: bool, wait: bool = False):
@@ -274,6 +291,8 @@ class Recorder:
             # and a run's RAM grew with its records (574 MB of store: 836 MB resident)
             self.first_draws.append(position[skip:, :k].to("cpu", copy=True))
         for name, value in after.items():
+            if value.ndim > 2:  # an observer's per-step vectors: recorded, not averaged
+                continue
             total = value.double().sum(0)
             self.sums[name] = self.sums[name] + total if name in self.sums else total
         self.kept_after_burn += len(kept["loss"]) - min(skip, len(kept["loss"]))
@@ -346,7 +365,7 @@ class Recorder:
         if self.first_draws and self.est.positions == "all":
             some = torch.cat(self.first_draws).numpy()  # [draws, k, d]
             out["draws"] = np.moveaxis(some[:, good[: some.shape[1]]], 0, 1)
-            out["final"] = state.position.cpu().numpy()[good]
+            out["final"] = target.original(state.position).cpu().numpy()[good]
             out["bounds"] = target.bounds
             params = self.spec.sampler.params
             if target.exact_sample is not None and verdict.targets_exact(params):

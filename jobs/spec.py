@@ -38,10 +38,13 @@ OBSERVABLES: dict[str, str] = {
     "llc": "local learning coefficient at w0: nbeta (E[L] - L(w0)), live, with health warnings",
     "predictive": "posterior-predictive metrics of the kept draws on the test set: ensemble "
     "log p, accuracy, ECE, confidence, curvature",
+    "ess": "per-step ESS (TFP's truncation) of fixed random projections of theta and of the "
+    "test predictions f(X_test): min / mean / max over projections, live (reference 002)",
     "thermo": "TATi's thermodynamic averages over every step after the burn-in: the virial "
     "w . grad U (d T for a confining U; one more gradient a step) and the kinetic energy (d T / 2)",
 }
 
+ESS_PROJECTIONS = 50  # random directions of theta (and of f(X_test)) the "ess" observable records
 # Records buffered on the device between two flushes when flush_every is 0 (auto, ~0.5 s): the
 # run loop must not buffer more than this, since the estimate below counts on it.
 AUTO_FLUSH_RECORDS = 1024
@@ -177,6 +180,8 @@ class RunSpec(_Model):
                 raise _fail(*_param_error(exc, role, part.name)) from None
         if "predictive" in self.observables:
             self._check_predictive()
+        if self.target.params.get("parametrisation") == "reprior":
+            self._check_reprior()
         if self.start is not None:
             self._check_start()
         return self
@@ -210,6 +215,35 @@ class RunSpec(_Model):
                 "observables",
                 f"'predictive' needs a classification network (mlp or slp on a classification "
                 f"dataset: digits, moons); {name} with these parameters is {what}",
+            )
+
+    def _check_reprior(self) -> None:
+        """Repriorisation (reference 002) samples the Bayesian posterior of a Gaussian prior and
+        likelihood on the full data in phi; it refuses what would make phi mean something else."""
+        why = (
+            "repriorisation samples the Gaussian-prior, Gaussian-likelihood posterior on the "
+            "full batch (use parametrisation 'standard' for this)"
+        )
+        for name in ("llc", "thermo"):
+            if name in self.observables:
+                what = {
+                    "llc": "the LLC localises at w0 with a tempered, localised posterior",
+                    "thermo": "the virial is taken in the sampled coordinates",
+                }[name]
+                raise _fail("observables", f"'{name}' cannot run with reprior: {what}; {why}")
+        params = self.sampler.params
+        if params.get("localization"):
+            raise _fail(
+                "sampler.params.localization",
+                f"must be 0 with reprior, got {params['localization']}: a pull toward the "
+                f"start in phi is not the one in theta; {why}",
+            )
+        size, n = params.get("batch_size"), self.target.params["n"]
+        if size is not None and size < n:
+            raise _fail(
+                "sampler.params.batch_size",
+                f"must be empty (full batch) or >= n = {n} with reprior, got {size}: the map "
+                f"reads every training point at every step; {why}",
             )
 
     def _llc_defaults(self) -> None:
@@ -483,15 +517,19 @@ def estimate(spec: RunSpec) -> Estimate:
     if positions == "all":  # a projected run keeps no position sums
         diagnosed = diagnostics.diagnosed_chains(chains, draws)
         summary = 2 * chains * dim * 8 + diagnosed * draws * dim * itemsize
+    # the "ess" observable's projections of theta and f(X_test), recorded with each record
+    projected = 2 * ESS_PROJECTIONS if "ess" in spec.observables else 0
     parts = {
         "state": 8 * chains * dim * itemsize + sums,
         "data": f.floats * itemsize + f.other_bytes,
         "step": max(passes),
-        "buffer": min(records, per_flush) * chains * (itemsize + 2 + itemsize * recorded),
+        "buffer": min(records, per_flush)
+        * chains
+        * (itemsize + 2 + itemsize * (recorded + projected)),
     }
     # The store keeps float32 loss, bool accepted, bool diverged and float32 positions per record,
     # plus the PCA snapshots when positions are projected (all positions already allow the PCA).
-    store = records * chains * (4 + 1 + 1 + 4 * recorded)
+    store = records * chains * (4 + 1 + 1 + 4 * recorded + itemsize * projected)
     if positions == "projection" and dim > 64:
         store += min(spec.record.snapshots, records) * chains * dim * 4
     device = sum(parts.values())

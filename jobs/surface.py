@@ -74,9 +74,11 @@ def _without(diverged: np.ndarray | None, positions: np.ndarray) -> np.ndarray:
 
 def target_of(spec: RunSpec, device: str = "auto", dtype: str = "float64") -> Target:
     """The run's target, rebuilt in ``dtype`` (float64 by default: ln|L - L0| at the small zoom
-    domains needs differences far below float32's resolution)."""
+    domains needs differences far below float32's resolution), in the model's own parameters:
+    a run records theta, so a repriorised network's surface is its loss in theta."""
     try:
-        return landscapes.make(spec.target.name, device=device, dtype=dtype, **spec.target.params)
+        target = landscapes.make(spec.target.name, device=device, dtype=dtype, **spec.target.params)
+        return target.original_target()
     except ParamError as exc:
         raise SpecError(exc.field, str(exc).removeprefix(f"{exc.field}: ")) from None
 

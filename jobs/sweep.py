@@ -19,6 +19,10 @@ page watching a sweep sees it fill in as runs finish, and nothing is stored twic
   x step sizes on one target at inverse temperature beta, many chains (the paper's seeds) each;
   the relative error of <virial> or <K> (the "thermo" observable) against the step size, on
   log-log axes, with a fitted slope per integrator: the order of its invariant-measure bias.
+- ``reprior``: the repriorisation study of Hron et al. (reference 002, Fig. 7 left): ntk-fcn
+  widths x {standard, reprior}, each run of reprior-lmc with the "ess" observable from the same
+  start and seed; per width the per-step ESS of theta and of f(X_test) in both
+  parametrisations, their ratio, the acceptance and the adapted step, live as the runs go.
 """
 
 from __future__ import annotations
@@ -503,7 +507,130 @@ def order_results(store: Store, sweep: dict) -> dict:
     return {"progress": progress(store, sweep), "cells": rows, "fits": fits}
 
 
-RESULTS = {"dln": dln_results, "calibrate": calibration_results, "order": order_results}
+PARAMETRISATIONS = ("standard", "reprior")
+
+
+def reprior_specs(
+    widths: tuple[int, ...] = (8, 128),
+    depth: int = 1,
+    n: int = 16,
+    data: str = "synthetic",
+    chains: int = 2,
+    steps: int = 4000,
+    warmup: int = 1000,
+    step_size: float = 0.01,
+    refresh: float = 0.1,
+    mh: bool = True,
+    target_accept: float = 0.9,
+    seed: int = 0,
+    device: str = "auto",
+    dtype: str = "float64",
+) -> tuple[dict, list[tuple[dict, RunSpec]]]:
+    """The study's parameters and (cell, RunSpec) pairs: at each width, both parametrisations
+    from the same start (the seed draws phi_0 ~ N(0, I) alike), the warm-up adapting each
+    chain's step toward ``target_accept`` and counted as burn-in, thinning 1 (under thinning
+    the per-step ESS saturates near 1: reference 002 section 5). Float64 by default: float32
+    shifted the paper's acceptances by 2-5 points."""
+    params = dict(locals())
+    params["widths"] = list(widths)
+    if not widths:
+        raise SpecError("widths", "must hold at least one width, got none")
+    if not 0 <= warmup < steps:
+        raise SpecError(
+            "warmup", f"must be an integer in [0, {steps - 1}] (below steps), got {warmup}"
+        )
+    _check_size(2 * len(widths), "widths", "parametrisations")
+    cells = []
+    for i, width in enumerate(widths):
+        for parametrisation in PARAMETRISATIONS:
+            target = {"width": width, "depth": depth, "n": n, "data": data}
+            kernel = {"step_size": step_size, "refresh": refresh, "mh": mh}
+            kernel.update(target_accept=target_accept, warmup=warmup)
+            run = {
+                "target": {
+                    "name": "ntk-fcn",
+                    "params": {**target, "parametrisation": parametrisation},
+                },
+                "sampler": {"name": "reprior-lmc", "params": kernel},
+                "chains": chains,
+                "steps": steps,
+                "burn_in": warmup,
+                "seed": seed + i,  # the same at a width: both parametrisations start alike
+                "device": device,
+                "dtype": dtype,
+                "observables": ["ess"],
+            }
+            cells.append(({"width": width, "parametrisation": parametrisation}, parse_spec(run)))
+    return params, cells
+
+
+def _ess_now(store: Store, run_id: str, spec: dict) -> dict | None:
+    """A running run's ESS so far, from its recorded projections after the burn-in."""
+    burn = math.ceil(spec["burn_in"] / spec["thin"])
+    names = ["theta_projections", "f_projections", "accepted"]
+    records = store.read(run_id, since=burn, names=names)
+    if "theta_projections" not in records or len(records["theta_projections"]) < 4:
+        return None
+    from samplers.diagnostics import projection_ess
+
+    out = {"theta": projection_ess(records["theta_projections"])}
+    out["f"] = projection_ess(records["f_projections"]) if "f_projections" in records else None
+    out["acceptance"] = float(np.mean(records["accepted"])) if "accepted" in records else None
+    return out
+
+
+def reprior_results(store: Store, sweep: dict) -> dict:
+    """Per cell: status, steps done, per-step ESS of theta and f (min / mean / max over the
+    projections; a running run's from its records so far), acceptance and adapted step; per
+    width: the reprior / standard ratios of the mean ESS, the pair's numbers finished."""
+    rows = []
+    for cell in sweep["cells"]:
+        try:
+            record = store.get(cell["run_id"])
+        except KeyError:
+            continue
+        row = {**cell, "status": record.status, "ess": None, "acceptance": None, "step": None}
+        row["steps_done"] = (record.progress or {}).get("steps_done", 0)
+        if record.status == "completed" and record.summary:
+            ess = record.summary["observables"].get("ess") or {}
+            row["ess"] = {"theta": ess.get("theta"), "f": ess.get("f")}
+            row["acceptance"] = record.summary["scalars"].get("accept_prob")
+            row["step"] = record.summary["scalars"].get("step_size")
+            row["seconds"] = record.summary.get("sampling_seconds")
+            row["steps"] = record.summary.get("steps")
+        elif record.status == "running":
+            now = _ess_now(store, cell["run_id"], record.spec)
+            if now is not None:
+                row["ess"] = {"theta": now["theta"], "f": now["f"]}
+                row["acceptance"] = now["acceptance"]
+        rows.append(row)
+    ratios = []
+    for width in sweep["spec"]["widths"]:
+        pair = {r["parametrisation"]: r for r in rows if r["width"] == width}
+        entry = {"width": width}
+        for key in ("theta", "f"):
+            means = [
+                ((pair.get(p) or {}).get("ess") or {}).get(key) or {} for p in PARAMETRISATIONS
+            ]
+            a, b = (m.get("mean") for m in means)
+            entry[key] = b / a if a and b and math.isfinite(a) and math.isfinite(b) else None
+        seconds = [(pair.get(p) or {}).get("seconds") for p in PARAMETRISATIONS]
+        steps = [(pair.get(p) or {}).get("steps") for p in PARAMETRISATIONS]
+        entry["cost"] = (
+            (seconds[1] / steps[1]) / (seconds[0] / steps[0])
+            if all(seconds) and all(steps)
+            else None
+        )
+        ratios.append(entry)
+    return {"progress": progress(store, sweep), "cells": rows, "ratios": ratios}
+
+
+RESULTS = {
+    "dln": dln_results,
+    "calibrate": calibration_results,
+    "order": order_results,
+    "reprior": reprior_results,
+}
 
 
 def results(store: Store, sweep_id: str) -> dict:

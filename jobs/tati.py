@@ -271,6 +271,7 @@ def tables(
         raise SpecError("id", "the run has no records to export")
     cpu = spec.model_copy(update={"device": "cpu", "dtype": "float64"})
     target, kernel, _ = build(cpu)
+    target = target.original_target()  # the records hold theta: evaluate them as theta
     u = units(kernel, target)
     check_positions(spec, target.dim, records)
     position = records["position"]

@@ -51,6 +51,22 @@ def default_slots() -> tuple[int, int]:
     return n, 1
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int):
+    """torch's intra-op threads set to ``threads`` for the block, then restored: a foreground
+    run (``python -m jobs run``) runs as a worker would. On a CPU, small ops' thread hand-offs
+    cost more than they share: the repriorised network's energy took 5 ms with one thread and
+    420 ms with two on this 2-core machine (reference 002 section 5 warns of the same)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_one(store: Store, record, threads: int | None = None) -> None:
     """Execute a claimed run to its end: completed, cancelled or failed (with the error)."""
     import torch

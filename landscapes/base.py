@@ -294,6 +294,37 @@ class Target(ABC):
             return torch.zeros_like(w)
         return w / self.prior_std**2
 
+    def energy_terms(
+        self, w: Tensor, batch: Batch, nbeta: float, loss_grad: bool = True
+    ) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        """(L, grad L, U, grad U) with U = nbeta L + the prior: what a kernel's energy is made
+        of. ``loss_grad=False``: grad L is not needed (None is allowed), which lets a target
+        whose prior shares work with its loss (a reparametrisation) take one backward pass."""
+        loss, grad = self.loss_and_grad(w, batch)
+        # nbeta = 1 (potentials) leaves U as L; terms that are off are left out, not zeroed
+        value, total = (loss, grad) if nbeta == 1 else (nbeta * loss, nbeta * grad)
+        if self.has_prior:
+            value, total = value + self.prior_energy(w), total + self.prior_grad(w)
+        return loss, grad, value, total
+
+    reparametrised: bool = False  # whether ``original`` is more than the identity
+
+    def original(self, w: Tensor) -> Tensor:
+        """The model's own parameters at sampling coordinates ``w`` ([..., d]): ``w`` itself,
+        except where the target samples a reparametrisation (ntk-fcn's reprior: theta =
+        T(phi)). Runs record these, so every chart, diagnostic and export shows them."""
+        return w
+
+    def original_target(self) -> Target:
+        """The same model in its own parameters (``original``'s coordinates): what evaluates
+        recorded positions (surfaces, exports). The target itself unless reparametrised."""
+        return self
+
+    def from_original(self, theta: Tensor) -> Tensor:
+        """The sampling coordinates of the model's parameters ``theta`` (``original``'s
+        inverse)."""
+        return theta
+
     exact_sample: Callable[[torch.Generator, int], Tensor] | None = None
     marginals: dict[int, Callable[[Tensor], Tensor]] = {}
     mean: Tensor | None = None

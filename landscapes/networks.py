@@ -55,8 +55,13 @@ class Network(Target):
         """Outputs [C, B, out] from named parameters [C, ...] and inputs [B, in] or [C, B, in]."""
 
     def predict(self, w: Tensor, x: Tensor) -> Tensor:
-        """Outputs [C, B, out] for inputs [B, in]."""
-        return self.forward(self.unflatten(self.check_position(w)), x.to(w))
+        """Outputs [C, B, out] for inputs [B, in] at sampling coordinates ``w``."""
+        return self.apply(self.original(self.check_position(w)), x)
+
+    def apply(self, theta: Tensor, x: Tensor) -> Tensor:
+        """Outputs [C, B, out] for inputs [B, in] at the model's own parameters ``theta``
+        (``original``'s coordinates, what runs record)."""
+        return self.forward(self.unflatten(theta), x.to(theta))
 
     def _loss(self, w: Tensor, batch: Batch) -> Tensor:
         x, y = (self.x, self.y) if batch is None else batch

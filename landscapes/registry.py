@@ -28,6 +28,7 @@ from .networks import (
     rrr_facts,
     tanh_facts,
 )
+from .ntk import DATA, PARAMETRISATIONS, make_ntk_fcn, ntk_facts
 from .potentials import (
     Banana,
     Custom,
@@ -45,6 +46,7 @@ GALLERY = "MCMC Interactive Gallery (C. Feng); exact definitions"
 P000 = "000 Hitchcock & Hoogland, local posterior sampling benchmark"
 P001 = "001 Yu et al., SGRLD in non-diagonal metrics"
 P003 = "003 Heber et al., TATi"
+P002 = "002 Hron et al., wide BNNs have a simple weight posterior"
 P004 = "004 VI via resolution of singularities"
 
 SQUARED = (
@@ -336,6 +338,47 @@ SPECS = [
         make_mlp,
     ),
     Spec(
+        "ntk-fcn",
+        "network",
+        "Wide Bayesian FCN in the NTK parametrisation: N(0, 1) prior on every entry, "
+        "h = sigma_w W h / sqrt(fan_in) + sigma_b b (sigma_w = sqrt 2, sigma_b = 0.1; readout "
+        "1 and 0.1), GELU, linear readout; Gaussian likelihood N(f(x), sigma^2), sampled at "
+        "temperature 1 (nbeta = n / (2 sigma^2)). " + SQUARED + " `parametrisation=reprior` "
+        "samples phi with theta = T(phi), the readout's Cholesky map (Hron et al. Eq. 3): runs "
+        "record theta. Data: synthetic (y = sin(u.x) + noise, x ~ N(0, I), |u| = 1) or digits "
+        "(one-hot - 0.1 targets, standardised pixels).",
+        P002,
+        [
+            Param("width", "int", 128, "hidden layer width", 1, 4096),
+            Param("depth", "int", 1, "hidden layers (0: Bayesian linear regression)", 0, 8),
+            Param("n", "int", 16, "training set size", 1, 100_000, unit="points"),
+            Param(
+                "parametrisation",
+                "choice",
+                "standard",
+                "standard (sample theta) or reprior (sample phi, theta = T(phi))",
+                choices=PARAMETRISATIONS,
+            ),
+            Param(
+                "data", "choice", "synthetic", "synthetic 1-D regression or digits", choices=DATA
+            ),
+            Param("inputs", "int", 4, "input dimension d0 of the synthetic data", 1, 1000),
+            Param("sigma", "float", 0.1, "likelihood noise sigma (and the data's)", 1e-3, 10.0),
+            Param(
+                "lam",
+                "float",
+                None,
+                "lambda, the map's interpolation regulariser (empty: sigma^2, the theory map; "
+                "large: the identity)",
+                1e-8,
+                1e12,
+                optional=True,
+            ),
+            SEED,
+        ],
+        make_ntk_fcn,
+    ),
+    Spec(
         "slp",
         "network",
         "Single-layer perceptron (linear model) on a dataset; losses as for mlp.",
@@ -382,6 +425,7 @@ NETWORK_FACTS = {
     "polynomial": polynomial_facts,
     "tanh": tanh_facts,
     "mlp": mlp_facts,
+    "ntk-fcn": ntk_facts,
     "slp": lambda dataset, n, seed: mlp_facts(dataset, (), "relu", n, seed, name="slp"),
 }
 

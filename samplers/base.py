@@ -53,7 +53,8 @@ class Energy:
     """U and its pieces at a position, for one batch."""
 
     loss: Tensor  # L [C]
-    loss_grad: Tensor  # grad L [C, d] (what adaptive preconditioners adapt on)
+    loss_grad: Tensor | None  # grad L [C, d] (what adaptive preconditioners adapt on; None
+    # unless the kernel's ``uses_loss_grad``)
     value: Tensor  # U [C]
     grad: Tensor  # grad U [C, d]
 
@@ -138,6 +139,8 @@ class Kernel(ABC):
     coupled: ClassVar[bool] = False
     # ``accepted`` is a probability (NUTS's accept_stat), recorded as a float, not a 0/1 flag
     fractional_acceptance: ClassVar[bool] = False
+    # whether ``update`` reads grad L apart from grad U (adaptive preconditioners)
+    uses_loss_grad: ClassVar[bool] = False
     # known biases a run with this kernel must warn about: {code: message}
     caveats: ClassVar[dict[str, str]] = {}
 
@@ -290,16 +293,12 @@ class Kernel(ABC):
 
     def energy(self, w: Tensor, state: State, target: Target, batch: Batch) -> Energy:
         """U = nbeta L + (localization/2)|w - center|^2 + prior, and its gradient."""
-        loss, loss_grad = target.loss_and_grad(w, batch)
         nbeta = self.nbeta_for(target)
-        # nbeta = 1 (potentials) leaves U as L; terms that are off are left out, not zeroed
-        value, grad = (loss, loss_grad) if nbeta == 1 else (nbeta * loss, nbeta * loss_grad)
+        loss, loss_grad, value, grad = target.energy_terms(w, batch, nbeta, self.uses_loss_grad)
         if self.localization:
             diff = w - state.center
             loc = self.localization
             value, grad = value + 0.5 * loc * (diff * diff).sum(-1), grad + loc * diff
-        if target.has_prior:
-            value, grad = value + target.prior_energy(w), grad + target.prior_grad(w)
         return Energy(loss, loss_grad, value, grad)
 
     def langevin_step(self, state: State) -> float | Tensor:

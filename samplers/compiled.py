@@ -191,8 +191,8 @@ _warned: set[str] = set()
 def chunk_for(kernel, target, state: State, length: int, positions: bool, wait: bool = False):
     """The kernel's compiled ``Chunk`` for this target, state shape and block length (one per
     kernel object, reused by its later runs), started compiling; None where nothing compiles
-    (with one warning a process) or the kernel is not compilable."""
-    if not getattr(kernel, "compilable", True):
+    (with one warning a process) or the kernel or the target is not compilable."""
+    if not getattr(kernel, "compilable", True) or not getattr(target, "compilable", True):
         return None
     problem = compile_problem(state.position.device.type)
     if problem is not None:

@@ -11,6 +11,8 @@ Sources:
 - IAT with Sokal's adaptive window, ESS = K/tau per walker summed over walkers, kinetic energy and
   virial: TATi (Heber, Trstanova & Leimkuhler 2020), reference 003 section 3.
 - Configurational temperature <|grad U|^2>/<laplacian U>: standard (Rugh 1997; Braga & Travis 2005).
+- Per-step ESS with TensorFlow Probability's truncation (``effective_sample_size``'s default,
+  the one Hron et al. 2022 report, reference 002 Eq. 7), per random projection.
 - KS bound: the two-sample Kolmogorov-Smirnov test, asymptotic critical value.
 
 ArviZ and scipy.stats are imported lazily (ArviZ costs seconds and pulls matplotlib), so
@@ -34,6 +36,7 @@ __all__ = [
     "diagnosed_chains",
     "ess_bulk",
     "ess_from_iat",
+    "ess_per_step",
     "ess_tail",
     "iat",
     "iat_per_direction",
@@ -41,6 +44,7 @@ __all__ = [
     "ks_bound",
     "ks_distance",
     "mcse_mean",
+    "projection_ess",
     "rhat",
     "summary",
     "virial",
@@ -251,6 +255,49 @@ def ess_from_iat(x: Any, c: float = 5.0) -> float | np.ndarray:
     arr = _draws(x)
     ess = (arr.shape[1] / iat(arr, c=c)).sum(axis=0)
     return float(ess) if arr.ndim == 2 else ess
+
+
+def ess_per_step(x: Any) -> np.ndarray:
+    """ESS / N of each series of x[chain, draw] or x[chain, draw, k], TensorFlow
+    Probability's ``effective_sample_size`` with its defaults (reference 002 Eq. 7):
+    ESS = N / (-1 + 2 sum_k (N - k)/N rho_k), rho_k the lag-k autocovariance averaged over its
+    N - k products over the lag-0 one, the sum stopped at the first rho_k < 0. At most about
+    1 (independent draws); antithetic chains can exceed it. Returns array[chain] or
+    array[chain, k]; NaN for constant series and fewer than 4 draws."""
+    arr = _draws(x)
+    series = arr if arr.ndim == 2 else np.moveaxis(arr, 1, -1)  # draws last
+    n = series.shape[-1]
+    if n < 4:
+        return np.full(series.shape[:-1], np.nan)
+    centred = series - series.mean(axis=-1, keepdims=True)
+    n_fft = 1 << (2 * n - 1).bit_length()
+    spectrum = np.fft.rfft(centred, n=n_fft, axis=-1)
+    products = np.fft.irfft(spectrum * spectrum.conj(), n=n_fft, axis=-1)[..., :n]
+    lags = np.arange(n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acov = products / (n - lags)  # TFP's unbiased auto-covariance
+        rho = acov / acov[..., :1]
+        kept = np.cumsum(rho < 0, axis=-1) == 0  # up to the first negative lag
+        total = np.where(kept, rho * (n - lags) / n, 0.0).sum(-1)
+        return 1.0 / (2.0 * total - 1.0)
+
+
+def projection_ess(z: Any, keep: Any = None) -> dict[str, float]:
+    """Per-step ESS of z[draw, chain, k] (k fixed random projections, as a run records them),
+    each projection's the mean over the chains in ``keep`` (default: all): its min, mean and
+    max over the projections, as reference 002 reports them."""
+    arr = np.moveaxis(_to_numpy(z, "z"), 0, 1)  # [chain, draw, k]
+    if keep is not None:
+        arr = arr[np.asarray(keep, bool)]
+    if arr.ndim != 3 or not arr.shape[0] or arr.shape[1] < 4:
+        return {"min": math.nan, "mean": math.nan, "max": math.nan, "draws": int(arr.shape[1])}
+    per = np.nanmean(ess_per_step(arr), axis=0)  # [k]
+    return {
+        "min": float(np.nanmin(per)),
+        "mean": float(np.nanmean(per)),
+        "max": float(np.nanmax(per)),
+        "draws": int(arr.shape[1]),
+    }
 
 
 # --------------------------------------------------------------------------- acceptance

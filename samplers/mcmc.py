@@ -38,7 +38,13 @@ class MHKernel(Kernel):
         state: MHState, proposal: Tensor, e: Energy, log_ratio: Tensor, u: Tensor
     ) -> tuple[MHState, Tensor, Tensor]:
         """Accept with probability min(1, exp(log_ratio)) (NaN ratios are rejected)."""
-        ok = torch.log(u) < log_ratio
+        return MHKernel.move(state, proposal, e, torch.log(u) < log_ratio)
+
+    @staticmethod
+    def move(
+        state: MHState, proposal: Tensor, e: Energy, ok: Tensor
+    ) -> tuple[MHState, Tensor, Tensor]:
+        """Chains where ``ok`` move to ``proposal`` (whose energy is ``e``); the rest stay."""
         new = replace(
             state,
             position=torch.where(ok[:, None], proposal, state.position),
@@ -139,7 +145,9 @@ class HMC(MHKernel):
         return self.settle(state, w, e, log_ratio, noise["u"])
 
 
-def _pick(mask: Tensor, new: Tensor, old: Tensor) -> Tensor:
+def _pick(mask: Tensor, new: Tensor | None, old: Tensor | None) -> Tensor | None:
+    if new is None:  # a grad L the kernel did not ask for
+        return None
     return torch.where(mask.reshape(-1, *[1] * (new.ndim - 1)), new, old)
 
 
@@ -205,3 +213,77 @@ class AdaptiveMH(MHKernel):
         mean = state.mean + delta / (t[:, 0] + 1)
         cov = (t - 1) / t * state.cov + delta[:, :, None] * delta[:, None, :] / (t + 1)
         return replace(new, mean=mean, cov=cov, count=state.count + 1), loss, accepted
+
+
+@dataclass
+class LMCState(MHState):
+    momentum: Tensor  # [C, d]
+    log_step: Tensor  # [C] log eps, adapted per chain during the warm-up
+    count: Tensor  # [C] steps taken
+    accept_prob: Tensor  # [C] the last step's min(1, exp(log a))
+
+
+class RepriorLMC(MHKernel):
+    """Underdamped Langevin Monte Carlo (Hron et al. 2022, Sec. 4: HMC with one leapfrog step
+    and a partial momentum refresh), each step:
+    m <- sqrt(1 - beta) m + sqrt(beta) xi;  m <- m - (eps/2) grad U(w);  w' = w + eps m;
+    m' = m - (eps/2) grad U(w');  accept (w', m') with min(1, exp(U(w) - U(w') + |m|^2/2 -
+    |m'|^2/2)), else keep w and flip the momentum, m <- -m. ``mh=False`` skips the test (the
+    paper's runs: every finite proposal is accepted) and records the acceptance probability
+    instead, the quantity the paper keeps above 0.98. For the first ``warmup`` steps each
+    chain adapts log eps by Robbins-Monro toward ``target_accept`` (log eps += (t + 1)^-0.6
+    (a_t - target)), then keeps it: those steps belong in the burn-in."""
+
+    name = "reprior-lmc"
+    traces = False
+    refresh: float = 0.1
+    mh: bool = True
+    target_accept: float = 0.9
+    warmup: int = 1000
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.fractional_acceptance = not self.mh  # "accepted" is then the probability
+
+    def start(self, state, target, generator):
+        mh = super().start(state, target, generator)
+        w = state.position
+        momentum = torch.randn(w.shape, generator=generator, device=w.device, dtype=w.dtype)
+        return LMCState(
+            **vars(mh),
+            momentum=momentum,
+            log_step=w.new_full((w.shape[0],), math.log(self.step_size)),
+            count=w.new_zeros(w.shape[0]),
+            accept_prob=w.new_ones(w.shape[0]),
+        )
+
+    def observe(self, state):
+        return {"accept_prob": state.accept_prob, "step_size": torch.exp(state.log_step)}
+
+    def update(self, state, target, batch, noise, trace=None):
+        beta, eps = self.refresh, torch.exp(state.log_step)[:, None]
+        m = math.sqrt(1 - beta) * state.momentum + math.sqrt(beta) * noise["xi"]
+        m_half = m - 0.5 * eps * state.grad
+        proposal = state.position + eps * m_half
+        e = self.energy(proposal, state, target, None)
+        m_new = m_half - 0.5 * eps * e.grad
+        log_a = state.U - e.value + 0.5 * ((m * m).sum(-1) - (m_new * m_new).sum(-1))
+        prob = torch.nan_to_num(torch.exp(log_a.clamp(max=0.0)), nan=0.0)  # NaN/Inf: 0
+        if self.mh:
+            ok = torch.log(noise["u"]) < log_a
+        else:
+            ok = torch.isfinite(e.value) & torch.isfinite(e.grad).all(-1)
+        new, loss, accepted = self.move(state, proposal, e, ok)
+        adapting = state.count < self.warmup
+        rate = (state.count + 1) ** -0.6
+        log_step = torch.where(
+            adapting, state.log_step + rate * (prob - self.target_accept), state.log_step
+        )
+        new = replace(
+            new,
+            momentum=torch.where(ok[:, None], m_new, -m),
+            log_step=log_step,
+            count=state.count + 1,
+            accept_prob=prob,
+        )
+        return new, loss, accepted if self.mh else prob

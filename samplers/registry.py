@@ -5,7 +5,7 @@ from __future__ import annotations
 from landscapes import Param, Spec
 
 from .ensemble import SVGD
-from .mcmc import HMC, MALA, RWMH, AdaptiveMH
+from .mcmc import HMC, MALA, RWMH, AdaptiveMH, RepriorLMC
 from .nuts import NUTS
 from .sgmcmc import SGHMC, SGLD, SGNHT, ULA, AdamSGLD, RMSPropSGLD
 from .sgrld import METRICS, SGRLD
@@ -13,6 +13,7 @@ from .splitting import EQN, SCHEMES, Splitting
 
 P000 = "000 Hitchcock & Hoogland, local posterior sampling benchmark"
 P001 = "001 Yu et al., SGRLD in non-diagonal metrics"
+P002 = "002 Hron et al., wide BNNs have a simple weight posterior"
 P003 = "003 Heber et al., TATi"
 
 STEP = Param("step_size", "float", 1e-3, "step size epsilon", 1e-12, 10.0)
@@ -193,6 +194,46 @@ SPECS = [
         HMC,
     ),
     Spec("rwmh", "mcmc", RWMH.__doc__, "Metropolis et al. (1953)", MH, RWMH),
+    Spec(
+        "reprior-lmc",
+        "mcmc",
+        RepriorLMC.__doc__,
+        P002 + ", Sec. 4",
+        [
+            Param(
+                "step_size",
+                "float",
+                0.01,
+                "leapfrog step epsilon (initial, with warm-up)",
+                1e-12,
+                10.0,
+            ),
+            NBETA,
+            LOC,
+            Param(
+                "refresh", "float", 0.1, "beta: the momentum's refresh fraction a step", 1e-6, 1.0
+            ),
+            Param("mh", "bool", True, "Metropolis-Hastings test (off: skip MH, as the paper ran)"),
+            Param(
+                "target_accept",
+                "float",
+                0.9,
+                "acceptance probability the warm-up adapts the step toward",
+                0.05,
+                0.999,
+            ),
+            Param(
+                "warmup",
+                "int",
+                1000,
+                "steps that adapt the step size (0: keep step_size); put them in the burn-in",
+                0,
+                10_000_000,
+                unit="steps",
+            ),
+        ],
+        RepriorLMC,
+    ),
     Spec(
         "nuts",
         "mcmc",

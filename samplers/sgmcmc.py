@@ -75,6 +75,8 @@ class RMSPropSGLD(Kernel):
     The metric's divergence term Gamma is dropped, as the papers do (``DROPPED_GAMMA``): the
     chains sample a biased law, and the bias grows as the step shrinks (module doc)."""
 
+    uses_loss_grad = True  # it adapts on grad L
+
     name, minibatch = "rmsprop-sgld", True
     caveats = {"dropped_gamma": DROPPED_GAMMA}
     batch_size: int | None = None
@@ -105,6 +107,8 @@ class AdamSGLD(Kernel):
 
     The metric's divergence term Gamma is dropped, as the papers do (``DROPPED_GAMMA``): the
     chains sample a biased law, and the bias grows as the step shrinks (module doc)."""
+
+    uses_loss_grad = True  # it adapts on grad L
 
     name, minibatch = "adam-sgld", True
     caveats = {"dropped_gamma": DROPPED_GAMMA}

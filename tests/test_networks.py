@@ -41,6 +41,10 @@ NETWORKS = {  # test key -> (registry name, parameters); small sizes keep the fi
         for act in ACTIVATION_CHOICES
     },
     **{f"slp-{ds}": ("slp", {"dataset": ds, "n": 200, "seed": 8}) for ds in DATASETS},
+    "ntk-fcn": ("ntk-fcn", {"width": 5, "depth": 2, "n": 40, "seed": 10}),
+    "ntk-fcn-digits": ("ntk-fcn", {"width": 6, "data": "digits", "n": 50, "seed": 11}),
+    # positions are phi: the loss is L(T(phi)), T reading every training point
+    "ntk-fcn-reprior": ("ntk-fcn", {"width": 5, "n": 12, "parametrisation": "reprior"}),
     # a horseshoe's scales follow the layers in the flat vector; the loss reads the layers alone
     "mlp-digits-horseshoe": (
         "mlp",
@@ -133,12 +137,45 @@ def reference_loss(target, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) ->
         a, b = split(target, w)
         y_hat = sum(b[h] * torch.tanh(a[h] * x[:, 0]) for h in range(a.numel()))
         return float(((y[:, 0] - y_hat) ** 2).mean())
+    if name == "ntk-fcn":
+        y_hat = ntk_reference(target, w, x)
+        return float(((y - y_hat) ** 2).sum(1).mean())
     assert name in ("mlp", "slp")
     with torch.no_grad():
         out = sequential(target, w)(x)
     if target.task == "classification":
         return float(F.cross_entropy(out, y))
     return float(((out - y) ** 2).sum(1).mean())
+
+
+def ntk_reference(target, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """f(x) of the NTK-parametrised FCN, point by point in numpy; under repriorisation at
+    theta = T(w), the readout L^-T (sqrt(lambda) w_o + L^-1 Psi^T Y) from G = Psi^T Psi + lambda
+    I = L L^T (the test networks have d_L + 1 <= n, where Basin factors G too)."""
+    gelu = np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))
+    params, at = {}, 0
+    for key, shape in target.layout.items():
+        size = math.prod(shape)
+        params[key] = w[at : at + size].numpy().reshape(shape)
+        at += size
+
+    def features(points: np.ndarray) -> np.ndarray:
+        rows = []
+        for point in points:
+            h = point
+            for l in range(target.depth):
+                weight, bias = params[f"layers.{l}.weight"], params[f"layers.{l}.bias"]
+                h = gelu(math.sqrt(2) * weight @ h / math.sqrt(len(h)) + 0.1 * bias)
+            rows.append(np.append(h / math.sqrt(len(h)), 0.1))
+        return np.array(rows)
+
+    readout = np.vstack([params["readout.weight"].T, params["readout.bias"][None]])
+    if target.parametrisation == "reprior":
+        psi, lam = features(target.x.numpy()), target.lam
+        chol = np.linalg.cholesky(psi.T @ psi + lam * np.eye(psi.shape[1]))
+        z = np.linalg.solve(chol, psi.T @ target.y.numpy())
+        readout = np.linalg.solve(chol.T, math.sqrt(lam) * readout + z)
+    return torch.from_numpy(features(x.numpy()) @ readout)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ BAD = [
     (
         spec_with(observables=["lcc"]),
         "observables",
-        ["names from ['llc', 'predictive', 'thermo']", "got 'lcc'"],
+        ["names from ['ess', 'llc', 'predictive', 'thermo']", "got 'lcc'"],
     ),
     (spec_with(colour="red"), "colour", ["unknown field", "'chains'", "'flush_every'"]),
     (

@@ -1,0 +1,95 @@
+"""What the Wide networks page computes besides the sweep (``jobs.sweep`` "reprior"): posterior
+slices through a run's draw in theta and in phi (reference 002, Fig. 5) and the KL study from
+prior draws (section 5, item 6). Headless: the page, the benchmark and the tests call these.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import landscapes
+from landscapes.surface import coordinates
+
+from .spec import SpecError, parse_spec
+from .store import Store
+
+
+def _targets(params: dict) -> tuple:
+    """(theta target, phi target) of an ntk-fcn run's parameters, float64 on the CPU."""
+    base = {k: v for k, v in params.items() if k != "parametrisation"}
+    return tuple(
+        landscapes.make("ntk-fcn", dtype="float64", device="cpu", parametrisation=p, **base)
+        for p in ("standard", "reprior")
+    )
+
+
+def _last_draw(store: Store, run_id: str) -> np.ndarray:
+    """theta of the run's first chain at its last kept full position (snapshots or records)."""
+    for series, names in (("snapshots", None), ("records", ["position"])):
+        end = store.records(run_id, series)
+        if not end:
+            continue
+        last = store.read(run_id, since=end - 1, names=names, series=series)
+        if "position" in last and last["position"].shape[-1] > 1:
+            return last["position"][-1, 0].astype(np.float64)
+    raise SpecError("run", f"{run_id} kept no full positions to slice through (record.positions)")
+
+
+def _value(target, points: torch.Tensor) -> np.ndarray:
+    """-log posterior (up to the evidence) at ``points`` [P, d] in the target's coordinates."""
+    with torch.no_grad():
+        loss = target.loss(points)
+        return (target.nbeta * loss + target.prior_energy(points)).numpy()
+
+
+def slices(
+    store: Store, run_id: str, grid: int = 41, half_width: float = 1.0, seed: int = 0
+) -> dict:
+    """-log p on the plane through the run's last draw theta* (first chain) spanned by two
+    random orthonormal directions u, v, in theta (theta* + a u + b v) and in phi (phi* + a u +
+    b v, phi* = T^-1(theta*)), each minus its value at the centre; and the 1-D slices along
+    u. In theta a wide network's posterior is a narrow, curved valley set by the data; in phi
+    it is close to the prior N(0, I): the slice is a round bowl of curvature ~1."""
+    record = store.get(run_id)
+    spec = parse_spec(record.spec)
+    if spec.target.name != "ntk-fcn":
+        raise SpecError("run", f"{run_id} samples {spec.target.name}, not an ntk-fcn network")
+    in_theta, in_phi = _targets(spec.target.params)
+    theta = torch.from_numpy(_last_draw(store, run_id))[None]
+    phi = in_phi.from_original(theta)
+    rng = np.random.default_rng(seed)
+    u, v = np.linalg.qr(rng.standard_normal((in_theta.dim, 2)))[0].T
+    axis = coordinates(grid, half_width)
+    a, b = np.meshgrid(axis, axis, indexing="ij")
+    plane = torch.from_numpy(np.outer(a.ravel(), u) + np.outer(b.ravel(), v))
+    line = torch.from_numpy(np.outer(axis, u))
+    out = {"a": axis, "b": axis, "half_width": half_width, "grid": grid, "seed": seed}
+    for name, target, centre in (("theta", in_theta, theta), ("phi", in_phi, phi)):
+        at_centre = _value(target, centre)[0]
+        out[name] = (_value(target, centre + plane) - at_centre).reshape(grid, grid)
+        out[f"line_{name}"] = _value(target, centre + line) - at_centre
+    out["width"] = spec.target.params["width"]
+    out["parametrisation"] = spec.target.params["parametrisation"]
+    return out
+
+
+def kl_table(
+    widths: tuple[int, ...],
+    depth: int = 1,
+    n: int = 32,
+    draws: int = 1000,
+    data: str = "synthetic",
+    seed: int = 0,
+) -> list[dict]:
+    """KL(q || p) in phi and in theta at each width (``NTKFCN.prior_kl``), from ``draws`` prior
+    draws with a fixed seed: reference 002 section 5 reports 289, 52, 22, 7.7, 1.9 (phi) over
+    widths 8..2048 at n = 32, depth 1, and ~3000 in theta at every width."""
+    rows = []
+    for width in widths:
+        target = landscapes.make(
+            "ntk-fcn", width=width, depth=depth, n=n, data=data, dtype="float64", device="cpu"
+        )
+        kl = target.prior_kl(draws, torch.Generator().manual_seed(seed))
+        rows.append({"width": width, "depth": depth, "n": n, **kl})
+    return rows
