@@ -11,6 +11,7 @@
     python -m bench faults [--no-record]    # issue 38's bad inputs and faults: the census
     python -m bench sgrld [--repeats 5] [--quick] [--no-record]  # reference 001's metrics
     python -m bench eqn [--repeats 5] [--quick] [--jobs 2] [--threads 1] [--no-record]
+    python -m bench reprior [--repeats 5] [--quick] [--no-record]  # reference 002's tables
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
 chain counts in turn (Basin and peer at the first count, then at the next, ...), ``--repeats``
@@ -588,6 +589,38 @@ def eqn_bench(args: argparse.Namespace) -> None:
     )
 
 
+def reprior_bench(args: argparse.Namespace) -> None:
+    from . import reprior as bench_reprior  # imports torch
+
+    load = os.getloadavg()[0]
+    r = bench_reprior.run(args.repeats, args.quick)
+    load_after = os.getloadavg()[0]
+    if args.no_record or args.quick:
+        print("(not recorded: --no-record or --quick)")
+        return
+    s = r["ess"]
+    record(
+        [
+            "",
+            f"## {now()}: repriorisation (issue 42)",
+            "",
+            f"`python -m bench {shlex.join(sys.argv[1:])}` (bench/reprior.py), "
+            f"{r['total_s']:.0f} s in all: the speed timing first ({r['timing_s']:.0f} s), then "
+            f"the ESS study's {len(s['chains'])} runs in-process ({s['wall']:.0f} s), then the "
+            f"KL study ({r['kl_s']:.0f} s). Goals (issue 42): Basin's ESS and KL tables beside "
+            "reference 002's (section 5); the repriorised step at most 3x the standard step on "
+            "CPU (the reference measured 1.7-2.9x).",
+            "",
+            machine(f"torch {__import__('torch').__version__}, CPU, 1 torch thread"),
+            "",
+            f"Load average {load:.2f} at the start, {load_after:.2f} at the end (a shared host).",
+            "",
+            *r["lines"],
+            "",
+        ]
+    )
+
+
 def live_bench(args: argparse.Namespace) -> None:
     from . import live as bench_live
 
@@ -679,6 +712,12 @@ def main() -> None:
     eqn.add_argument("--jobs", type=int, default=2, help="processes for the study's seeds")
     eqn.add_argument("--threads", type=int, default=1, help="torch threads for the timing")
     eqn.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    reprior = sub.add_parser(
+        "reprior", help="wide BNN repriorisation: ESS, KL and step-cost tables vs reference 002"
+    )
+    reprior.add_argument("--repeats", type=int, default=5, help="turns of the speed timing")
+    reprior.add_argument("--quick", action="store_true", help="short runs, not recorded")
+    reprior.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     live = sub.add_parser("live", help="submit to first records, and gaps while compiling")
     live.add_argument("--repeats", type=int, default=3)
     live.add_argument("--steps", type=int, default=20_000)
@@ -691,6 +730,8 @@ def main() -> None:
         return sgrld_bench(args)
     if args.command == "eqn":
         return eqn_bench(args)
+    if args.command == "reprior":
+        return reprior_bench(args)
     if args.command == "live":
         live_bench(args)
     elif args.command == "app":

@@ -276,7 +276,9 @@ class NTKFCN(Network):
         s2, k, n = self.sigma**2, self.outputs, self.n
         hidden_dim = self.dim - self.n_readout
         ell, extra = [], []
-        rows = max(1, ROWS_ELEMENTS // (n * max(n, self.features_dim)))
+        # draws at once: their hidden layers and their features both bounded
+        rows = ROWS_ELEMENTS // max(n * max(n, self.features_dim), hidden_dim, 1)
+        rows = max(1, rows)
         y = self.y.double()
         for s in range(0, draws, rows):
             m = min(rows, draws - s)
