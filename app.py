@@ -19,6 +19,7 @@ PAGES = [
     st.Page("views/funnel.py", title="Funnel", icon=":material/filter_alt:"),
     st.Page("views/integrators.py", title="Integrators", icon=":material/show_chart:"),
     st.Page("views/networks.py", title="Networks & LLC", icon=":material/hub:"),
+    st.Page("views/wide_networks.py", title="Wide networks", icon=":material/width_wide:"),
     st.Page("views/dln_benchmark.py", title="DLN benchmark", icon=":material/leaderboard:"),
     st.Page("views/landscape.py", title="Landscape", icon=":material/terrain:"),
     st.Page("views/runs.py", title="Runs", icon=":material/list:"),

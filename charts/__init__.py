@@ -29,6 +29,14 @@ from charts.runs import (
     relative_log_density,
     trace_figure,
 )
+from charts.wide import (
+    acceptance_figure,
+    clipped,
+    ess_figure,
+    kl_figure,
+    slice_figure,
+    slice_line_figure,
+)
 
 __all__ = [
     "SCALES",
@@ -58,4 +66,12 @@ __all__ += [
     "iat_direction_figure",
     "relative_log_density",
     "trace_figure",
+]
+__all__ += [
+    "acceptance_figure",
+    "clipped",
+    "ess_figure",
+    "kl_figure",
+    "slice_figure",
+    "slice_line_figure",
 ]

@@ -12,6 +12,7 @@
     python -m jobs sweep order --target harmonic --samplers gla1,gla2 --step-sizes 0.25,0.125 \\
         --observable virial --json                   # TATi's integrator-order study, slopes
     python -m jobs sweep reprior --widths 8,32,128   # repriorised vs standard ESS by width
+    python -m jobs wide kl --widths 8,32,128,512 | wide slices ID   # reference 002's studies
     python -m jobs sweep dln --class tiny --problems 16 --samplers sgld,rmsprop-sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --steps 5000 --json      # the DLN benchmark
     python -m jobs sweep calibrate --target dln ... --sampler sgld \\
@@ -588,6 +589,8 @@ def _print_sweep(result: dict, as_json: bool) -> int:
             f"theta {fmt(theta.get('mean'))}  acceptance {fmt(c['acceptance'])}  "
             f"step {fmt(c['step'])}"
         )
+    for f in result.get("flags", []):
+        print(f"{f['level'].upper()} {f['where']}: {f['message']}; try {f['try']}")
     for r in result.get("ratios", []):
         fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
         print(
@@ -631,6 +634,59 @@ def cmd_surface(args: argparse.Namespace, store: Store) -> int:
         f"grid {facts['grid']}x{facts['grid']} on [-{facts['range']:g}, {facts['range']:g}]^2: "
         f"loss {facts['grid_min']:.6g} .. {facts['grid_max']:.6g}, "
         f"centre {facts['centre_loss']:.6g}, {facts['nonfinite']} non-finite points"
+    )
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_wide(args: argparse.Namespace, store: Store) -> int:
+    """Reference 002's two in-process studies: the KL from prior draws by width, and posterior
+    slices through a run's last draw in theta and in phi (what the Wide networks page shows)."""
+    import numpy as np
+
+    from landscapes import ParamError
+
+    from . import wide
+    from .worker import torch_threads
+
+    if args.study == "kl":
+        widths = tuple(int(w) for w in _floats(args.widths, "--widths"))
+        with torch_threads(1):  # n x n factorisations: one thread (reference 002 section 5)
+            try:
+                rows = wide.kl_table(widths, args.depth, args.n, args.draws, args.data, args.seed)
+            except ParamError as exc:
+                raise SpecError(exc.field, str(exc).split(": ", 1)[-1]) from None
+        if args.json:
+            print(json.dumps(_finite({"rows": rows})))
+            return 0
+        for r in rows:
+            print(
+                f"width {r['width']:<6} KL(q || p_phi) {r['reprior']:<10.4g} "
+                f"KL(q || p_theta) {r['standard']:<10.4g} sd(log Z) {r['log_z_std']:.3g}"
+            )
+        return 0
+    path = _out_path(args.out) if args.out else None
+    with torch_threads(1):
+        out = wide.slices(store, args.id, args.grid, args.range, args.seed)
+    if path:
+        _write(path, lambda p: np.savez(p, **{k: np.asarray(v) for k, v in out.items()}))
+    facts = {
+        "run_id": args.id,
+        "width": out["width"],
+        "parametrisation": out["parametrisation"],
+        "grid": out["grid"],
+        "range": out["half_width"],
+        **{f"{k}_max": float(np.nanmax(out[k])) for k in ("theta", "phi")},
+        "out": args.out,
+    }
+    if args.json:
+        print(json.dumps(_finite(facts)))
+        return 0
+    print(
+        f"{args.id} (width {out['width']}, {out['parametrisation']}): -log p on a "
+        f"{out['grid']}x{out['grid']} plane of half-width {out['half_width']:g} rises by up to "
+        f"{facts['theta_max']:.4g} in theta and {facts['phi_max']:.4g} in phi"
     )
     if args.out:
         print(f"wrote {args.out}")
@@ -811,6 +867,25 @@ def main(argv: list[str] | None = None) -> int:
     surf.add_argument("--dtype", choices=("float32", "float64"), default="float64")
     surf.add_argument("--out", help="write the arrays to this .npz")
     surf.add_argument("--json", action="store_true")
+    wide_parser = sub.add_parser(
+        "wide", help="wide networks (reference 002): KL from prior draws, posterior slices"
+    )
+    studies = wide_parser.add_subparsers(dest="study", required=True)
+    kl = studies.add_parser("kl", help="KL(q || p) in phi and in theta by width, prior draws")
+    kl.add_argument("--widths", default="8,32,128,512")
+    kl.add_argument("--depth", type=int, default=1)
+    kl.add_argument("--n", type=int, default=32)
+    kl.add_argument("--draws", type=int, default=1000, help="prior draws")
+    kl.add_argument("--data", choices=("synthetic", "digits"), default="synthetic")
+    kl.add_argument("--seed", type=int, default=0)
+    kl.add_argument("--json", action="store_true")
+    sl = studies.add_parser("slices", help="-log p through an ntk-fcn run's draw, theta and phi")
+    sl.add_argument("id")
+    sl.add_argument("--grid", type=int, default=41, help="odd points per axis")
+    sl.add_argument("--range", type=float, default=1.0, help="half-width of the square")
+    sl.add_argument("--seed", type=int, default=0, help="the random plane's seed")
+    sl.add_argument("--out", help="write the arrays to this .npz")
+    sl.add_argument("--json", action="store_true")
     worker = sub.add_parser("worker")
     worker.add_argument(
         "--slots", type=_slots, help="runs at once, >= 1 (default: one per GPU, or one per core)"

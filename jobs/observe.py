@@ -5,9 +5,9 @@ the per-step ESS of random projections (``"ess"``).
 An observable sees the run at four points (and may add per-step arrays to the records with
 ``annotate``, called on each block before the recorder keeps it): ``start`` (before the chains
 exist: it may choose where they start, e.g. train to w0, or return the start it is given),
-``block`` (every block of steps, on the device, no host sync), ``flush`` (with the records: one row of live signals per
-flush, in the store's "flushes" series) and ``summary`` (at the end). The run loop knows
-nothing of what they compute.
+``block`` (every block of steps, on the device, no host sync), ``flush`` (with the records:
+one row of live signals per flush, in the store's "flushes" series) and ``summary`` (at the
+end). The run loop knows nothing of what they compute.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ import numpy as np
 import landscapes
 from samplers import llc
 
+from . import verdict
 from .spec import RunSpec, SpecError, check_budget, parse_spec
 from .store import FINAL, Store
 
@@ -508,6 +509,7 @@ def order_results(store: Store, sweep: dict) -> dict:
 
 
 PARAMETRISATIONS = ("standard", "reprior")
+REPRIOR_BAND = (0.8, 0.97)  # acceptance the reference's exact chains keep, MH on (section 5)
 
 
 def reprior_specs(
@@ -527,7 +529,8 @@ def reprior_specs(
     dtype: str = "float64",
 ) -> tuple[dict, list[tuple[dict, RunSpec]]]:
     """The study's parameters and (cell, RunSpec) pairs: at each width, both parametrisations
-    from the same start (the seed draws phi_0 ~ N(0, I) alike), the warm-up adapting each
+    from the same start (the seed draws phi_0 ~ N(0, I) alike; it also draws the data), the
+    warm-up adapting each
     chain's step toward ``target_accept`` and counted as burn-in, thinning 1 (under thinning
     the per-step ESS saturates near 1: reference 002 section 5). Float64 by default: float32
     shifted the paper's acceptances by 2-5 points."""
@@ -543,7 +546,7 @@ def reprior_specs(
     cells = []
     for i, width in enumerate(widths):
         for parametrisation in PARAMETRISATIONS:
-            target = {"width": width, "depth": depth, "n": n, "data": data}
+            target = {"width": width, "depth": depth, "n": n, "data": data, "seed": seed}
             kernel = {"step_size": step_size, "refresh": refresh, "mh": mh}
             kernel.update(target_accept=target_accept, warmup=warmup)
             run = {
@@ -567,7 +570,7 @@ def reprior_specs(
 def _ess_now(store: Store, run_id: str, spec: dict) -> dict | None:
     """A running run's ESS so far, from its recorded projections after the burn-in."""
     burn = math.ceil(spec["burn_in"] / spec["thin"])
-    names = ["theta_projections", "f_projections", "accepted"]
+    names = ["theta_projections", "f_projections", "accept_prob"]
     records = store.read(run_id, since=burn, names=names)
     if "theta_projections" not in records or len(records["theta_projections"]) < 4:
         return None
@@ -575,7 +578,8 @@ def _ess_now(store: Store, run_id: str, spec: dict) -> dict | None:
 
     out = {"theta": projection_ess(records["theta_projections"])}
     out["f"] = projection_ess(records["f_projections"]) if "f_projections" in records else None
-    out["acceptance"] = float(np.mean(records["accepted"])) if "accepted" in records else None
+    # the acceptance probability, as a finished run's summary reports it
+    out["acceptance"] = float(np.mean(records["accept_prob"])) if "accept_prob" in records else None
     return out
 
 
@@ -622,7 +626,67 @@ def reprior_results(store: Store, sweep: dict) -> dict:
             else None
         )
         ratios.append(entry)
-    return {"progress": progress(store, sweep), "cells": rows, "ratios": ratios}
+    mh = sweep["spec"]["mh"]
+    return {
+        "progress": progress(store, sweep),
+        "cells": rows,
+        "ratios": ratios,
+        "mh": mh,
+        "band": REPRIOR_BAND,
+        "skip_mh_floor": verdict.SKIP_MH_ACCEPTANCE,
+        "flags": reprior_flags(rows, ratios, mh),
+    }
+
+
+def reprior_flags(cells: list[dict], ratios: list[dict], mh: bool) -> list[dict]:
+    """What the finished runs' numbers say is wrong, each {level, where, message, try}: a
+    cell's acceptance outside REPRIOR_BAND (MH on) or under the paper's floor (MH skipped) is
+    "fail"; a width whose finished pair's repriorised ESS is no higher than the standard one's
+    is "warn" (small widths are far from the prior; short runs give noisy ESS)."""
+    out = []
+    lo, hi = REPRIOR_BAND
+    floor = verdict.SKIP_MH_ACCEPTANCE
+    for cell in cells:
+        if cell["status"] != "completed":
+            continue
+        where = f"width {cell['width']}, {cell['parametrisation']}"
+        acc = cell["acceptance"]
+        if acc is None:
+            message, advice = "no acceptance was recorded (every chain diverged?)", "a smaller step"
+        elif mh and acc < lo:
+            message = f"acceptance {acc:.3f}, below {lo}: the adapted step is too large"
+            advice = "a longer warm-up, a smaller initial step or a higher target acceptance"
+        elif mh and acc > hi:
+            message = f"acceptance {acc:.3f}, above {hi}: the step is smaller than it could be"
+            advice = "a longer warm-up or a larger initial step (the ESS undersells the map)"
+        elif not mh and acc < floor:
+            message = (
+                f"mean acceptance probability {acc:.3f} with MH skipped, below the paper's "
+                f"{floor}: the draws carry the integrator's bias"
+            )
+            advice = f"a target acceptance of {floor} or more, or MH on"
+        else:
+            continue
+        out.append({"level": "fail", "where": where, "message": message, "try": advice})
+    done = [c["width"] for c in cells if c["status"] == "completed"]
+    for ratio in ratios:
+        if done.count(ratio["width"]) < 2:
+            continue
+        low = [
+            f"{k} x{ratio[k]:.2f}" for k in ("f", "theta") if ratio[k] is not None and ratio[k] <= 1
+        ]
+        if low:
+            out.append(
+                {
+                    "level": "warn",
+                    "where": f"width {ratio['width']}",
+                    "message": "the repriorised ESS is no higher than the standard one "
+                    f"({', '.join(low)}): at small widths phi's posterior is still far from "
+                    "the prior, and short runs give noisy ESS",
+                    "try": "more steps, or a wider network",
+                }
+            )
+    return out
 
 
 RESULTS = {

@@ -36,11 +36,22 @@ def _last_draw(store: Store, run_id: str) -> np.ndarray:
     raise SpecError("run", f"{run_id} kept no full positions to slice through (record.positions)")
 
 
-def _value(target, points: torch.Tensor) -> np.ndarray:
-    """-log posterior (up to the evidence) at ``points`` [P, d] in the target's coordinates."""
+PLANE_NUMBERS = 1 << 22  # parameters of the plane's points held at once (32 MB in float64)
+
+
+def _value(target, centre: torch.Tensor, steps: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """-log posterior (up to the evidence) at centre + steps @ vectors ([P, k] @ [k, d]) in the
+    target's coordinates, PLANE_NUMBERS parameters at a time: a plane through a 265,729-
+    parameter network at grid 41 would otherwise be 3.6 GB at once."""
+    rows = max(1, PLANE_NUMBERS // target.dim)
+    vectors = torch.from_numpy(vectors)
+    out = []
     with torch.no_grad():
-        loss = target.loss(points)
-        return (target.nbeta * loss + target.prior_energy(points)).numpy()
+        for s in range(0, len(steps), rows):
+            points = centre + torch.from_numpy(steps[s : s + rows]) @ vectors
+            loss = target.loss(points)
+            out.append((target.nbeta * loss + target.prior_energy(points)).numpy())
+    return np.concatenate(out)
 
 
 def slices(
@@ -62,13 +73,13 @@ def slices(
     u, v = np.linalg.qr(rng.standard_normal((in_theta.dim, 2)))[0].T
     axis = coordinates(grid, half_width)
     a, b = np.meshgrid(axis, axis, indexing="ij")
-    plane = torch.from_numpy(np.outer(a.ravel(), u) + np.outer(b.ravel(), v))
-    line = torch.from_numpy(np.outer(axis, u))
+    plane, vectors = np.stack([a.ravel(), b.ravel()], 1), np.stack([u, v])
     out = {"a": axis, "b": axis, "half_width": half_width, "grid": grid, "seed": seed}
     for name, target, centre in (("theta", in_theta, theta), ("phi", in_phi, phi)):
-        at_centre = _value(target, centre)[0]
-        out[name] = (_value(target, centre + plane) - at_centre).reshape(grid, grid)
-        out[f"line_{name}"] = _value(target, centre + line) - at_centre
+        at_centre = _value(target, centre, np.zeros((1, 2)), vectors)[0]
+        out[name] = (_value(target, centre, plane, vectors) - at_centre).reshape(grid, grid)
+        line = _value(target, centre, np.stack([axis, 0 * axis], 1), vectors)
+        out[f"line_{name}"] = line - at_centre
     out["width"] = spec.target.params["width"]
     out["parametrisation"] = spec.target.params["parametrisation"]
     return out
@@ -93,3 +104,15 @@ def kl_table(
         kl = target.prior_kl(draws, torch.Generator().manual_seed(seed))
         rows.append({"width": width, "depth": depth, "n": n, **kl})
     return rows
+
+
+def kl_seconds(width: int, depth: int = 1, n: int = 32, draws: int = 1000, data: str = "synthetic"):
+    """About how long ``kl_table`` takes at ``width`` on one thread of a 2-core CPU, from its
+    costs per prior draw (measured here): the hidden layers' normals and features (~ H (2.7e-8
+    + 1e-10 n) s, H the hidden parameters), the kernel (5e-11 n^2 width s) and its Cholesky
+    (1e-10 n^3 s). For a page that computes it while the user waits."""
+    facts = landscapes.facts("ntk-fcn", {"width": width, "depth": depth, "n": n, "data": data})
+    sizes = facts["widths"]
+    hidden = facts["dim"] - (sizes[-2] + 1) * sizes[-1]
+    per_draw = hidden * (2.7e-8 + 1e-10 * n) + 5e-11 * n * n * width + 1e-10 * n**3
+    return 0.05 + draws * per_draw

@@ -51,20 +51,26 @@ def default_slots() -> tuple[int, int]:
     return n, 1
 
 
+_THREADS = threading.Lock()  # one block at a time sets and restores torch's (process-wide) count
+
+
 @contextlib.contextmanager
 def torch_threads(threads: int):
     """torch's intra-op threads set to ``threads`` for the block, then restored: a foreground
-    run (``python -m jobs run``) runs as a worker would. On a CPU, small ops' thread hand-offs
-    cost more than they share: the repriorised network's energy took 5 ms with one thread and
-    420 ms with two on this 2-core machine (reference 002 section 5 warns of the same)."""
+    run (``python -m jobs run``) runs as a worker would, and the app's in-process studies (the
+    KL from prior draws) as well. On a CPU, small ops' thread hand-offs cost more than they
+    share: the repriorised network's energy took 5 ms with one thread and 420 ms with two on
+    this 2-core machine (reference 002 section 5 warns of the same). The count is the
+    process's: blocks in other threads wait for each other, so none restores another's."""
     import torch
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    with _THREADS:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
 
 def run_one(store: Store, record, threads: int | None = None) -> None:

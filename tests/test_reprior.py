@@ -339,3 +339,22 @@ def test_kl_of_fixed_features_is_zero_in_phi_and_the_gaussian_kl_in_theta():
     mu = np.linalg.solve(precision, psi.T @ y / s2)
     exact = 0.5 * (np.trace(precision) - 4 + mu @ precision @ mu - np.linalg.slogdet(precision)[1])
     assert abs(kl["standard"] - exact) < 1e-9 * exact
+
+
+def test_study_flags_name_the_cells_outside_the_band_and_the_widths_without_a_gain():
+    def cell(width, parametrisation, acceptance, status="completed"):
+        return {"width": width, "parametrisation": parametrisation, "status": status,
+                "acceptance": acceptance}  # fmt: skip
+
+    cells = [cell(8, "standard", 0.79), cell(8, "reprior", 0.9), cell(32, "standard", 0.99),
+             cell(32, "reprior", 0.5, status="running")]  # fmt: skip
+    ratios = [{"width": 8, "f": 0.9, "theta": 1.2}, {"width": 32, "f": 0.5, "theta": 0.5}]
+    flags = sweep.reprior_flags(cells, ratios, mh=True)
+    assert [(f["level"], f["where"]) for f in flags] == [
+        ("fail", "width 8, standard"),  # 0.79 < 0.8
+        ("fail", "width 32, standard"),  # 0.99 > 0.97; the running cell is not judged yet
+        ("warn", "width 8"),  # f x0.9; width 32's pair has not finished
+    ]
+    skipped = sweep.reprior_flags([cell(8, "reprior", 0.975)], [], mh=False)
+    assert skipped[0]["level"] == "fail" and "0.98" in skipped[0]["message"]
+    assert sweep.reprior_flags([cell(8, "reprior", 0.985)], [], mh=False) == []
