@@ -133,7 +133,8 @@ if skip_mh and target_accept is not None and target_accept < verdict.SKIP_MH_ACC
     st.warning(
         f"With MH skipped the paper keeps the mean acceptance probability above "
         f"{verdict.SKIP_MH_ACCEPTANCE}; a target acceptance of {target_accept:g} adapts the "
-        "step below that, and the result will be flagged. Raise the target acceptance, or keep MH on.",
+        "step below that, and the result will be flagged. Raise the target acceptance, or "
+        "keep MH on.",
         icon=ui.WARNING,
     )
 if not widths:
