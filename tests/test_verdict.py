@@ -149,3 +149,26 @@ def test_thresholds_follow_the_published_rules():
     acceptance = np.array([0.5, 0.6, 0.001, 0.55])  # one chain barely accepted anything
     verdict = judge({**spec, "chains": 4}, {**summary, "warnings": []}, chain_acceptance=acceptance)
     assert codes(verdict) == {"stuck"} and verdict["signals"][0]["value"] == 1
+
+
+def test_a_repriorised_run_is_judged_on_its_precision_warm_up_and_skipped_mh():
+    """reprior-lmc: with MH skipped, a mean acceptance probability under reference 002's 0.98 is
+    flagged (the MH band does not apply); a burn-in shorter than the step's warm-up, and float32
+    under repriorisation, are warned about."""
+    lmc = {"step_size": 0.01, "mh": True, "warmup": 100}
+    spec = {
+        "target": {"name": "ntk-fcn", "params": {"parametrisation": "reprior"}},
+        "sampler": {"name": "reprior-lmc", "params": lmc},
+        "chains": 2, "steps": 1000, "burn_in": 100, "dtype": "float64",
+    }  # fmt: skip
+    summary = {"diverged_chains": 0, "acceptance": 0.9, "coordinates": None}
+    assert judge(spec, summary)["status"] == "good"
+    assert codes(judge(spec, {**summary, "acceptance": 0.3}), "warn") == {"acceptance"}
+    assert codes(judge({**spec, "burn_in": 50}, summary), "warn") == {"warmup"}
+    assert codes(judge({**spec, "dtype": "float32"}, summary), "warn") == {"precision"}
+    skipped = {
+        **spec,
+        "sampler": {**spec["sampler"], "params": {**spec["sampler"]["params"], "mh": False}},
+    }
+    assert codes(judge(skipped, {**summary, "acceptance": 0.95}), "warn") == {"unadjusted"}
+    assert judge(skipped, {**summary, "acceptance": 0.99})["status"] == "good"
