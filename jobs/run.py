@@ -282,7 +282,12 @@ class Recorder:
     def _accumulate(self, kept: dict[str, torch.Tensor], position: torch.Tensor | None) -> None:
         """Per-chain sums of what the summary averages, over the records after the burn-in."""
         skip = max(0, self.burn - (self.records + sum(len(p["step"]) for p in self.pending)))
-        after = {k: v[skip:] for k, v in kept.items() if k not in ("step", "diverged", "position")}
+        # per-chain scalars ([T, C]); an observer's per-step vectors are recorded, not averaged
+        after = {
+            k: v[skip:]
+            for k, v in kept.items()
+            if k not in ("step", "diverged", "position") and v.ndim == 2
+        }
         if position is not None:
             x = position[skip:].double()
             after["position"], after["position_sq"] = x, x * x
@@ -291,8 +296,6 @@ class Recorder:
             # and a run's RAM grew with its records (574 MB of store: 836 MB resident)
             self.first_draws.append(position[skip:, :k].to("cpu", copy=True))
         for name, value in after.items():
-            if value.ndim > 2:  # an observer's per-step vectors: recorded, not averaged
-                continue
             total = value.double().sum(0)
             self.sums[name] = self.sums[name] + total if name in self.sums else total
         self.kept_after_burn += len(kept["loss"]) - min(skip, len(kept["loss"]))

@@ -214,6 +214,29 @@ _TEXT: dict[str, tuple[str, str]] = {
         "converge to the target's (the paper's theorem); on a correlated target it ends up "
         "proposing along the correlation, where plain random-walk Metropolis crawls.",
     ),
+    "reprior-lmc": (
+        _aligned(
+            r"m \leftarrow \sqrt{1 - \beta}\,m + \sqrt{\beta}\,\xi,\quad"
+            r" \xi \sim \mathcal{N}(0, I)",
+            r"m \leftarrow m - \tfrac{\varepsilon}{2}\nabla U(w),\ \ w' = w + \varepsilon\,m,"
+            r"\ \ m' = m - \tfrac{\varepsilon}{2}\nabla U(w')",
+            r"(w, m) \leftarrow (w', m') \text{ with probability } \min\big(1,\ "
+            r"e^{\,H(w, m) - H(w', m')}\big), \text{ else } (w, -m)",
+            r"\log \varepsilon \leftarrow \log \varepsilon + (t+1)^{-0.6}\,(a_t - a^\ast)"
+            r" \quad (t < \text{warmup})",
+        ),
+        "Underdamped Langevin Monte Carlo as Hron, Novak, Pennington & Sohl-Dickstein ran it "
+        "(002 Hron et al., wide BNNs have a simple weight posterior, Sec. 4): Hamiltonian Monte "
+        "Carlo with one leapfrog step whose momentum is only partly refreshed each step "
+        "(refresh beta), so it keeps moving in one direction across many steps. A Metropolis "
+        "test on the energy error keeps it exact; a rejection flips the momentum (Horowitz), "
+        "which undoes that persistence, so the step should be accepted often (about 0.9). "
+        "With mh off every proposal is taken, as in the paper, whose acceptance probability "
+        "then only measures the bias it keeps above 0.98. During the warm-up each chain "
+        "adapts its step toward target_accept; afterwards the step is fixed. On ntk-fcn with "
+        "parametrisation reprior it moves phi, where a wide network's posterior is nearly its "
+        "N(0, I) prior, so the step can grow with the width.",
+    ),
     "svgd": (
         _aligned(
             r"\phi(x_i) = \frac{1}{n}\sum_{j=1}^{n} \big[k(x_j, x_i)\,\nabla \log \pi(x_j)"
