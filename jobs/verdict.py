@@ -139,7 +139,7 @@ def judge(
                 "target_accept 0.98 or more (a smaller step after the warm-up), or MH on",
             )
         )
-    reprior = spec["target"]["params"].get("parametrisation") == "reprior"
+    reprior = spec.get("target", {}).get("params", {}).get("parametrisation") == "reprior"
     if reprior and spec.get("dtype") == "float32":
         signals.append(
             _signal(
@@ -152,7 +152,7 @@ def judge(
             )
         )
     warmup = spec["sampler"]["params"].get("warmup") if sampler == "reprior-lmc" else None
-    if warmup and spec["burn_in"] < min(warmup, spec["steps"]):
+    if warmup and spec.get("burn_in", 0) < min(warmup, spec.get("steps", warmup)):
         signals.append(
             _signal(
                 "warmup",
