@@ -168,3 +168,15 @@ def test_the_kl_leaves_out_what_would_keep_the_page_waiting(home, no_workers):
     shown = " ".join(e.value for e in at.error)
     assert "**depth / n**: even width 8 would take" in shown, shown
     assert at.button(key="wide.kl.run").disabled
+
+
+def test_the_networks_page_refuses_an_llc_run_of_a_repriorised_network(home):
+    """The LLC localises at w0 on a tempered posterior: with reprior it is refused by name on
+    the Networks & LLC page, and nothing is queued."""
+    at = page("networks")
+    at.selectbox(key="net.target_name").set_value("ntk-fcn").run()
+    at.selectbox(key="net.target.ntk-fcn.parametrisation").set_value("reprior").run()
+    next(b for b in at.button if b.label == "Run").click().run()
+    shown = " ".join(errors(at))
+    assert "**observables**" in shown and "cannot run with reprior" in shown, shown
+    assert Store(home).list() == []

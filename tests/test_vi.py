@@ -382,3 +382,259 @@ def test_a_regular_k_is_fitted_exactly_by_both_families():
     assert vi.log_z_bar_k(n, (1,)) == pytest.approx(exact, abs=1e-12)
     for family in ("gaussian", "gamma"):
         assert vi.sup_psi(family, n, (1,))[0] == pytest.approx(exact, abs=1e-8)
+
+
+# -- (d) section 5(C): Psi = ELBO + n S_n on the tanh network, the fit, log Z_bar -------------
+
+PRIOR = (5.0, 10.0)  # reference 004's prior (5, 100) is (mean, variance): sd 10
+
+
+def _tanh(n, hidden=1, seed=0, dtype="float64"):
+    import landscapes
+
+    return landscapes.make("tanh", hidden=hidden, n=n, seed=seed, dtype=dtype, device="cpu")
+
+
+def _data(target):
+    return target.x[:, 0].double().numpy(), target.y[:, 0].double().numpy()
+
+
+def test_psi_estimate_equals_the_model_written_out_in_numpy():
+    """Identity flow, fixed Gaussian source, tanh H = 1: Psi, the ELBO, n K_n and n S_n from
+    the same draws, the model y = b tanh(a x) + N(0, 1) written by hand."""
+    target = _tanh(1000)
+    x, y = _data(target)
+    source = vi.GaussianSource(2, mean=[0.3, -0.2], var=[0.05, 0.2], dtype=F64)
+    flow = vi.Flow(2).double()  # the identity resolution
+    est = vi.psi_estimate(target, source, flow, *PRIOR, 64, _gen(3))
+    w = source.rsample(64, _gen(3)).numpy()  # the same draws
+    a, b = w[:, :1], w[:, 1:]
+    squares = ((y - b * np.tanh(a * x)) ** 2).sum(1)  # [M]
+    n_k = 0.5 * (squares - (y * y).sum())  # sum_i log p(y_i | 0) - log p(y_i | w)
+    n_s = (0.5 * math.log(2 * math.pi) + 0.5 * y * y).sum()  # reference 004 section 5(C)
+    log_lik = -0.5 * len(y) * math.log(2 * math.pi) - 0.5 * squares
+    log_phi = stats.norm(PRIOR[0], PRIOR[1]).logpdf(w).sum(1)
+    entropy = stats.norm(0, np.sqrt([0.05, 0.2])).entropy().sum()
+    psi = -n_k.mean() + log_phi.mean() + entropy
+    assert est.n_k.item() == pytest.approx(n_k.mean(), rel=1e-12)
+    assert est.log_lik.item() == pytest.approx(log_lik.mean(), rel=1e-12)
+    assert est.log_prior.item() == pytest.approx(log_phi.mean(), rel=1e-12)
+    assert est.log_det.item() == 0.0 and est.entropy.item() == pytest.approx(entropy, rel=1e-12)
+    assert est.psi.item() == pytest.approx(psi, rel=1e-10)
+    assert est.value is est.psi
+    assert est.n_s == pytest.approx(n_s, rel=1e-12)
+    assert est.elbo.item() + est.n_s == pytest.approx(psi, rel=1e-9)  # Psi = ELBO + n S_n
+    # sigma enters as the likelihood's noise sd: n K_n scales as 1 / sigma^2
+    half = vi.psi_estimate(target, source, flow, *PRIOR, 64, _gen(3), sigma=2.0)
+    assert half.n_k.item() == pytest.approx(n_k.mean() / 4, rel=1e-12)
+
+
+def test_psi_estimate_through_a_flow_and_on_a_potential_and_without_a_truth():
+    # A random flow: Psi's terms are those of w = G(xi) and log|G'| from the flow itself.
+    target = _tanh(500)
+    x, y = _data(target)
+    source = vi.GeneralizedGamma.paper_init(2, 500, lambda0=10.0, k0=1.0, beta0=100.0, dtype=F64)
+    flow = _random_flow(2, seed=4)
+    with torch.no_grad():
+        est = vi.psi_estimate(target, source, flow, *PRIOR, 32, _gen(5))
+        w, log_det = flow(source.rsample(32, _gen(5)))
+    a, b = w[:, :1].numpy(), w[:, 1:].numpy()
+    n_k = 0.5 * (((y - b * np.tanh(a * x)) ** 2).sum(1) - (y * y).sum())
+    assert est.n_k.item() == pytest.approx(n_k.mean(), rel=1e-12)
+    assert est.log_det.item() == pytest.approx(log_det.mean().item(), rel=1e-12)
+    assert est.entropy.item() == pytest.approx(source.entropy().item(), rel=1e-14)
+    # Without a truth w0 there is no n S_n: the value is the ELBO, psi is None.
+    target.w0 = None
+    with torch.no_grad():
+        bare = vi.psi_estimate(target, source, flow, *PRIOR, 32, _gen(5))
+    assert bare.psi is None and bare.n_k is None and bare.n_s is None
+    assert bare.value is bare.elbo and bare.elbo.item() == pytest.approx(est.elbo.item())
+    # A potential: normal-crossing's energy n K(w) is -sum log p, so Psi is section 5(A)'s
+    # closed-form Psi_K (identity flow, N(0, I) prior); Monte Carlo within its error.
+    import landscapes
+
+    crossing = landscapes.make(
+        "normal-crossing", k=(1, 2), n=10_000, prior_std=1.0, dtype="float64", device="cpu"
+    )
+    assert vi.log_likelihood_scale(crossing).kind == "energy"
+    q = vi.GeneralizedGamma([0.5, 0.25], [1.0, 2.0], [1.0, 5000.0], dtype=F64)
+    with torch.no_grad():
+        values = [
+            vi.psi_estimate(crossing, q, vi.Flow(2).double(), 0.0, 1.0, 10_000, _gen(s)).psi
+            for s in range(20)
+        ]
+    values = torch.stack(values)
+    closed = vi.psi_normal_crossing(q, 10_000, (1, 2)).item()
+    assert abs(values.mean().item() - closed) < Z_SE * values.std().item() / math.sqrt(20)
+
+
+def test_minibatch_likelihood_is_unbiased():
+    """On batches of n / 10 the likelihood terms are n times the batch mean: over one epoch's
+    partition their mean is the full-data term exactly, and over many random batches it is
+    within Monte Carlo error (the same draws of xi throughout: only the batch varies)."""
+    target = _tanh(1000)
+    source = vi.GaussianSource(2, mean=[0.8, 0.5], var=[0.1, 0.1], dtype=F64)
+    flow = vi.Flow(2).double()
+
+    def estimate(batch):
+        with torch.no_grad():
+            e = vi.psi_estimate(target, source, flow, *PRIOR, 8, _gen(9), batch)
+        return e.n_k.item(), e.log_lik.item()
+
+    full = np.array(estimate(None))
+    g = _gen(10)
+    epoch = np.array([estimate(b) for b in vi.epoch_batches(target, 0.1, g)])
+    assert len(epoch) == 10 and len(vi.epoch_batches(target, 0.1, g)[0][0]) == 100
+    assert epoch.mean(0) == pytest.approx(full, rel=1e-11)  # a partition: exactly
+    # batches drawn independently of each other (each epoch's first): mean within 5 SE
+    firsts = np.array([estimate(vi.epoch_batches(target, 0.1, g)[0]) for _ in range(300)])
+    se = firsts.std(0) / math.sqrt(len(firsts))
+    assert (np.abs(firsts.mean(0) - full) < Z_SE * se).all()
+    assert (se < 0.05 * np.abs(full)).all()  # the check has teeth
+
+
+def _grid_log_z_bar(n, x, y, mean, std, points):
+    """log Z_bar by a 2-D trapezoid on sinh-spaced grids in a and b (fine near the singular
+    axes a = 0 and b = 0, coarse in the prior's tails), n K_n expanded from the model."""
+
+    def axis(scale, m):
+        lo, hi = np.arcsinh((mean - 40 * std) / scale), np.arcsinh((mean + 40 * std) / scale)
+        u = np.linspace(lo, hi, m)
+        return scale * np.sinh(u), scale * np.cosh(u) * (u[1] - u[0])
+
+    a, da = axis(1e-3, points)
+    b, db = axis(1e-3, points)
+    t = np.tanh(np.outer(a, x))  # [a, points]
+    big_a, big_b = (t * t).sum(1), t @ y
+    log_f = (
+        -0.5 * n / len(x) * (big_a[:, None] * b[None] ** 2 - 2 * big_b[:, None] * b[None])
+        + stats.norm(mean, std).logpdf(a)[:, None]
+        + stats.norm(mean, std).logpdf(b)[None]
+    )
+    weight = np.outer(da, db)
+    weight[[0, -1]] /= 2
+    weight[:, [0, -1]] /= 2
+    shift = log_f.max()
+    return shift + math.log((np.exp(log_f - shift) * weight).sum())
+
+
+def test_log_z_bar_tanh1_by_quadrature_and_by_a_grid():
+    target = _tanh(1000)
+    x, y = _data(target)
+    # n K_n as the test grid expands it, against the target's own loss
+    w = torch.tensor([[0.7, -0.3], [-2.0, 0.05], [0.01, 3.0]], dtype=F64)
+    loss = target.loss(w).numpy() * 1000
+    t = np.tanh(w[:, :1].numpy() * x)
+    b = w[:, 1].numpy()
+    assert 0.5 * (loss - (y * y).sum()) == pytest.approx(
+        0.5 * (b * b * (t * t).sum(1) - 2 * b * (t @ y)), rel=1e-10
+    )
+    exact = vi.log_z_bar_tanh1(1000, x, y, *PRIOR)
+    coarse, fine = (_grid_log_z_bar(1000, x, y, *PRIOR, m) for m in (1500, 3000))
+    assert abs(fine - coarse) < 1e-5  # the grid has converged
+    assert exact == pytest.approx(fine, abs=1e-5)
+    # a tempered posterior (n K_n with n = 500 on the 1000 points) and the prior N(0, 1)
+    tempered = vi.log_z_bar_tanh1(500, x, y, 0.0, 1.0)
+    assert tempered == pytest.approx(_grid_log_z_bar(500, x, y, 0.0, 1.0, 3000), abs=1e-5)
+
+
+def _sources(n):
+    """mu0 = 5 (reference 004 section 2): nf_gamma_500_1_100 (lambda = (1, 500), k = 1,
+    beta = (n, 100), learned) and its baseline nf_gaussian_5_5e-2 (N(5, 0.05), fixed)."""
+    gamma = vi.GeneralizedGamma.paper_init(2, n, lambda0=500.0, k0=1.0, beta0=100.0, dtype=F64)
+    gauss = vi.GaussianSource.like_gamma(2, lambda0=500.0, beta0=100.0, dtype=F64)
+    return {"nf_gamma": gamma, "nf_gaussian": gauss}
+
+
+@pytest.fixture(scope="module")
+def short_fits(_one_thread):
+    n = 1000
+    target = _tanh(n)
+    fits = {}
+    for name, source in _sources(n).items():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # the flow's hidden layers
+            flow = vi.Flow(2).double()
+        seen = []
+
+        def record(epoch, value, seen=seen):
+            seen.append((epoch, value))
+            return False  # never stop
+
+        fits[name] = vi.fit(
+            target,
+            source,
+            flow,
+            prior_mean=PRIOR[0],
+            prior_std=PRIOR[1],
+            epochs=40,
+            generator=_gen(1),
+            on_epoch=record,
+        )
+        fits[name].seen = seen
+    x, y = _data(target)
+    return fits, vi.log_z_bar_tanh1(n, x, y, *PRIOR)
+
+
+def test_short_fit_on_tanh_h1_is_finite_improves_and_stays_below_log_z(short_fits):
+    fits, log_z = short_fits
+    for name, res in fits.items():
+        assert not res.diverged and not res.stopped, name
+        assert res.epochs == 40 and res.steps == 400 and len(res.curve) == 40
+        assert res.seen == list(enumerate(res.curve, 1))  # the live curve, epoch by epoch
+        assert math.isfinite(res.psi) and all(math.isfinite(v) for v in res.curve)
+        assert res.curve[-1] > res.curve[0], name  # Psi improves from the first epoch
+        assert res.psi <= log_z, (name, res.psi, log_z)
+        assert res.psi == pytest.approx(res.elbo + res.n_s, rel=1e-9)
+    assert fits["nf_gamma"].psi >= fits["nf_gaussian"].psi
+
+
+def _fit(target, source, **kw):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        flow = vi.Flow(source.dim).double()
+    kw = {"prior_mean": PRIOR[0], "prior_std": PRIOR[1], "generator": _gen(1), **kw}
+    return vi.fit(target, source, flow, **kw), flow
+
+
+def test_divergence_is_contained():
+    target = _tanh(1000)
+    # a source that gives NaN from the first step: nothing to keep, nothing raised
+    res, _ = _fit(target, vi.GaussianSource(2, mean=math.nan, dtype=F64), epochs=5)
+    assert res.diverged and res.diverged_epoch == 1 and res.curve == [] and res.steps == 0
+    assert res.psi is None and res.elbo is None and res.final is None
+    # lambda and beta at lr 100 (1e-1 is the paper's): the curve runs off to -1e97 and a
+    # gradient turns non-finite in epoch 3; at lr 1e3 the first update sends beta_2 to
+    # exp(-1000) = 0, where torch's Gamma refuses to sample: both stop without raising, and
+    # the source keeps its last usable parameters
+    for lr, epoch in ((1e2, 3), (1e3, 1)):
+        source = _sources(1000)["nf_gamma"]
+        res, flow = _fit(target, source, epochs=10, lr_lambda_beta=lr)
+        assert res.diverged and res.diverged_epoch == epoch, (lr, res.diverged_epoch)
+        assert len(res.curve) == epoch - 1 and all(math.isfinite(v) for v in res.curve)
+        assert res.psi is None and not res.stopped
+        params = list(source.parameters()) + list(flow.parameters())
+        assert all(torch.isfinite(p).all() for p in params)
+        assert torch.isfinite(source.entropy()) and (source.beta > 0).all()
+
+
+def test_on_epoch_stops_the_fit_and_a_potential_fits_without_data():
+    import landscapes
+
+    crossing = landscapes.make(
+        "normal-crossing", k=(1, 2), n=10_000, prior_std=1.0, dtype="float64", device="cpu"
+    )
+    source = vi.GeneralizedGamma([0.5, 0.25], [1.0, 2.0], [1.0, 5000.0], dtype=F64)
+    res, _ = _fit(
+        crossing,
+        source,
+        prior_mean=0.0,
+        prior_std=1.0,
+        epochs=50,
+        on_epoch=lambda epoch, value: epoch == 3,
+        final_samples=100_000,
+    )
+    assert res.stopped and not res.diverged and res.epochs == 3 and res.steps == 30
+    # Psi of a potential is Psi_K: below log Z_bar_K, and the theory's start is near sup Psi_K
+    assert res.psi == res.elbo and res.n_s == 0.0
+    assert TABLE[1e4][2] - 0.2 < res.psi < TABLE[1e4][0]
