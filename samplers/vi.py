@@ -507,6 +507,8 @@ def psi_estimate(
     noise and a minibatch estimate stays unbiased. Without a truth w0 there is no n S_n: psi is
     None and ``value`` is the ELBO. A prior the target defines itself (normal-crossing's
     prior_std, an MLP's) is not used: phi is this one."""
+    if not (torch.as_tensor(prior_std) > 0).all():
+        raise ValueError(f"prior_std must be > 0, got {prior_std}")
     lik = log_likelihood_scale(target, sigma)
     xi = source.rsample(samples, generator)
     w, log_det = flow(xi)
@@ -619,9 +621,10 @@ def fit(
     with Adam (``param_groups``), ``samples`` draws per step on minibatches of n *
     ``batch_fraction`` without replacement (reference 004: M = 5, n / 10, so 10 steps an
     epoch). ``on_epoch(epoch, value) -> bool`` sees each epoch's mean objective (a live curve)
-    and stops the fit by returning True. A NaN or Inf objective or gradient stops it with
-    ``diverged`` set; nothing raises. The end: Psi on all n points with ``final_samples`` draws
-    and the analytic entropy (reference 004 section 2's evaluation)."""
+    and stops the fit by returning True. A NaN or Inf objective or gradient, or an update that
+    leaves the source degenerate, stops it with ``diverged`` set; nothing raises. The end: Psi
+    on all n points with ``final_samples`` draws and the analytic entropy (reference 004
+    section 2's evaluation). One host sync a step (the finiteness check): CPU-sized work."""
     start = time.perf_counter()
     groups = param_groups(source, flow, lr_flow, lr_k, lr_lambda_beta)
     params = [p for g in groups for p in g["params"]]
@@ -693,7 +696,8 @@ def log_z_bar_tanh1(n: float, x, y, prior_mean, prior_std, sigma: float = 1.0) -
     by adaptive quadrature. I(a) falls from 1 at a = 0 (where b is free) over the scale
     a* = 1 / (s_b (c sum x^2)^0.5) (the singular axis, about 0.006 at n = 1000, s_b = 10), so the
     a range (m_a +- 40 s_a) is cut at 0, +-a* 10^k and the saturation scale +-1, +-3. Checked
-    against a 2-D sinh-spaced grid at two resolutions in tests/test_vi.py: agreement to 1e-6."""
+    in tests/test_vi.py against a 2-D trapezoid on sinh-spaced (a, b) grids of 750^2 and 1500^2
+    points (no closed-form b integral): all three agree to 1e-13 at n = 1000, prior N(5, 10^2)."""
     x = np.asarray(x, dtype=float).reshape(-1)
     y = np.asarray(y, dtype=float).reshape(-1)
     (m_a, m_b), (s_a, s_b) = np.broadcast_to(prior_mean, 2), np.broadcast_to(prior_std, 2)
