@@ -38,6 +38,9 @@ QUICK = {
 def stranger():
     """A live process that is no supervisor (its pid is what a stale pid file would name)."""
     process = subprocess.Popen(SLEEPER)
+    # start times are clock ticks (Linux: 10 ms): a supervisor started within the same tick
+    # would share the stranger's, and the test's pid-plus-start-time stranger would pass for it
+    time.sleep(3 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100))
     yield process
     process.kill()
     process.wait(10)
