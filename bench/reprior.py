@@ -39,6 +39,7 @@ from jobs.run import execute
 from jobs.spec import build
 from jobs.store import Store
 from jobs.wide import kl_table
+from jobs.worker import torch_threads
 from samplers import diagnostics
 
 WIDTHS = (8, 32, 128)
@@ -336,7 +337,12 @@ def kl_lines(rows: list[dict], draws: int) -> list[str]:
 
 
 def run(repeats: int, quick: bool) -> dict:
-    torch.set_num_threads(1)
+    """The whole bench on one torch thread, as a worker runs it (restored after)."""
+    with torch_threads(1):
+        return _run(repeats, quick)
+
+
+def _run(repeats: int, quick: bool) -> dict:
     tic = time.perf_counter()
     params, cells = specs(quick)
     timed = QUICK_TIMED if quick else TIMED

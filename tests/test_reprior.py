@@ -39,6 +39,13 @@ def draw(target, chains: int = 3, seed: int = 0) -> torch.Tensor:
     )
 
 
+def linear_posterior(psi: np.ndarray, y: np.ndarray, s2: float) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. 2 in numpy: the readout's posterior N(mu, Sigma) for features ``psi`` under the
+    N(0, I) prior, Sigma = (I + Psi^T Psi / s2)^-1 and mu = Sigma Psi^T y / s2."""
+    cov = np.linalg.inv(np.eye(psi.shape[1]) + psi.T @ psi / s2)
+    return cov @ psi.T @ y / s2, cov
+
+
 # Both ways the map is computed: D = width + 1 <= n factors G (feature space); D > n factors the
 # n x n matrix of the thin QR (data space). Multi-output: the digits, k = 10.
 MAPS = {
@@ -121,8 +128,7 @@ def test_fixed_features_readout_has_the_exact_gaussian_posterior(case):
     theta_o = target.original(phi)[:, -k:].numpy()  # readout weights, then the bias (k = 1)
     psi = target.embed(phi[:1])[0].numpy()
     s2 = target.sigma**2
-    cov = np.linalg.inv(np.eye(psi.shape[1]) + psi.T @ psi / s2)
-    mean = cov @ psi.T @ target.y.numpy()[:, 0] / s2
+    mean, cov = linear_posterior(psi, target.y.numpy()[:, 0], s2)
     sd = np.sqrt(np.diag(cov))
     assert np.all(np.abs(theta_o.mean(0) - mean) < 5 * sd / math.sqrt(draws))
     sample = np.cov(theta_o.T)
@@ -211,8 +217,7 @@ def test_repriorised_linear_regression_records_the_exact_posterior(tmp_path):
     target = landscapes.make("ntk-fcn", dtype="float64", **params)
     psi = target.embed(torch.zeros(1, target.dim, dtype=torch.float64))[0].numpy()
     s2 = target.sigma**2
-    cov = np.linalg.inv(np.eye(4) + psi.T @ psi / s2)
-    mean = cov @ psi.T @ target.y.numpy()[:, 0] / s2
+    mean, cov = linear_posterior(psi, target.y.numpy()[:, 0], s2)
     per_chain = theta.mean(0)
     se = per_chain.std(0, ddof=1) / math.sqrt(per_chain.shape[0])
     assert np.all(np.abs(per_chain.mean(0) - mean) < 5 * se)
@@ -335,8 +340,8 @@ def test_kl_of_fixed_features_is_zero_in_phi_and_the_gaussian_kl_in_theta():
     assert abs(kl["reprior"]) < 1e-9
     psi = target.embed(torch.zeros(1, target.dim, dtype=torch.float64))[0].numpy()
     s2, y = target.sigma**2, target.y.numpy()[:, 0]
-    precision = np.eye(4) + psi.T @ psi / s2
-    mu = np.linalg.solve(precision, psi.T @ y / s2)
+    mu, cov = linear_posterior(psi, y, s2)
+    precision = np.linalg.inv(cov)
     exact = 0.5 * (np.trace(precision) - 4 + mu @ precision @ mu - np.linalg.slogdet(precision)[1])
     assert abs(kl["standard"] - exact) < 1e-9 * exact
 
