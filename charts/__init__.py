@@ -29,6 +29,7 @@ from charts.runs import (
     relative_log_density,
     trace_figure,
 )
+from charts.vi import free_energy_figure, objective_curves
 from charts.wide import (
     acceptance_figure,
     clipped,
@@ -75,3 +76,4 @@ __all__ += [
     "slice_figure",
     "slice_line_figure",
 ]
+__all__ += ["free_energy_figure", "objective_curves"]

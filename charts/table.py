@@ -15,7 +15,16 @@ import numpy as np
 import pandas as pd
 
 RUN_COLUMNS = ("id", "target", "sampler", "chains", "steps", "status", "progress (%)", "created")
+OPTIONAL_FACTS = ("LLC mean", "Psi (VI)")  # rows compared only when some run has the number
 POSITION_COLUMNS_MAX = 64  # positions go into the CSV only up to this many coordinates
+
+
+def method(spec: Mapping) -> str:
+    """How a run explores its target: the sampler's name, or "vi (nf_gamma)" for a fit."""
+    if spec.get("kind") == "vi":
+        source = (spec.get("vi") or {}).get("source", "gamma")
+        return f"vi (nf_{source})"
+    return str((spec.get("sampler") or {}).get("name", "?"))
 
 
 def run_row(run: Mapping) -> dict:
@@ -32,9 +41,9 @@ def run_row(run: Mapping) -> dict:
     return {
         "id": run.get("id"),
         "target": (spec.get("target") or {}).get("name"),
-        "sampler": (spec.get("sampler") or {}).get("name"),
-        "chains": spec.get("chains"),
-        "steps": spec.get("steps"),
+        "sampler": method(spec),
+        "chains": None if spec.get("kind") == "vi" else spec.get("chains"),
+        "steps": total if spec.get("kind") == "vi" else spec.get("steps"),  # a fit's: epochs
         "status": run.get("status"),
         "progress (%)": round(percent, 1),
         "created": created,
@@ -58,6 +67,7 @@ def summary_facts(summary: Mapping | None) -> dict[str, float | None]:
         "seconds": _number(s.get("seconds")),
         "diverged chains": _number(s.get("diverged_chains")),
         "LLC mean": _number(llc.get("mean")),
+        "Psi (VI)": _number(s.get("objective")) if s.get("kind") == "vi" else None,
     }
 
 
@@ -68,7 +78,7 @@ def compare_rows(summaries: Mapping[str, Mapping | None]) -> list[dict]:
     rows = []
     for name in names:
         values = {run_id: f[name] for run_id, f in facts.items()}
-        if name == "LLC mean" and all(v is None for v in values.values()):
+        if name in OPTIONAL_FACTS and all(v is None for v in values.values()):
             continue
         rows.append({"quantity": name, **values})
     return rows

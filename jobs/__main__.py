@@ -17,6 +17,10 @@
         --step-sizes 1e-8,1e-7,1e-6 --steps 5000 --json      # the DLN benchmark
     python -m jobs sweep calibrate --target dln ... --sampler sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --nbetas 100,1000 --json  # step size x nbeta grid
+    python -m jobs run --kind vi --target tanh --target-param n=500 --vi-param epochs=100
+                                                 # a variational fit (reference 004)
+    python -m jobs sweep vi --target tanh --target-param hidden=1 --ns 500,1000,2000,5000 \
+        --source gamma --json                    # the n-scan: -Psi against log n, its slope
     python -m jobs sweep show ID [--json] | sweep list | sweep delete ID
     python -m jobs surface ID --directions pca|random|hessian --components 1,2 --grid 41 \\
         --range R --out PATH.npz --json          # the loss surface around a run's trajectory
@@ -80,6 +84,13 @@ def spec_from_args(args: argparse.Namespace) -> dict:
             if not (isinstance(part, dict) and isinstance(part.get("params", {}), dict)):
                 raise SpecError(role, f"{flag} needs a {role}: give --{role} NAME")
             part["params"] = {**part.get("params", {}), **_pairs(items, flag)}
+    if args.kind:
+        data["kind"] = args.kind
+    if args.vi_param:
+        given = data.get("vi") or {}
+        if not isinstance(given, dict):
+            raise SpecError("vi", f"must be a JSON object, got {_kind(given)}")
+        data["vi"] = {**given, **_pairs(args.vi_param, "--vi-param")}
     for key in (
         "chains",
         "steps",
@@ -142,6 +153,19 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
     import samplers
 
     p.add_argument("spec", nargs="?", help="a RunSpec as a JSON file (flags override it)")
+    p.add_argument(
+        "--kind",
+        choices=("sample", "vi"),
+        help="sample (a sampler on the target; default) or vi (a variational fit, --vi-param)",
+    )
+    p.add_argument(
+        "--vi-param",
+        dest="vi_param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a vi run's option: source (gamma, gaussian), epochs, prior_mean, prior_variance, ...",
+    )
     p.add_argument("--target", help=f"one of {sorted(landscapes.REGISTRY)}")
     p.add_argument("--target-param", action="append", default=[], metavar="K=V")
     p.add_argument("--sampler", help=f"one of {sorted(samplers.REGISTRY)}")
@@ -243,7 +267,8 @@ def _foreground(args: argparse.Namespace, store: Store, run_id: str, spec) -> in
 
     def report(p) -> None:
         eta = "?" if p.eta_s is None else f"{p.eta_s:.0f} s"
-        line = f"{run_id}: {p.steps_done}/{p.steps_total} steps, {p.steps_per_second:.3g} steps/s"
+        unit = "epochs" if p.phase == "fit" else "steps"  # a vi run's progress is its epochs
+        line = f"{run_id}: {p.steps_done}/{p.steps_total} {unit}, {p.steps_per_second:.3g} {unit}/s"
         status.show(f"{line}, ETA {eta}", final=p.steps_done == p.steps_total)
 
     threads = torch_threads(default_slots()[1])  # as a worker runs it (jobs.worker)
@@ -319,7 +344,10 @@ def _store_errors(command):
 
 
 def _name(spec: dict, role: str) -> str:
-    """The spec's target or sampler name; "?" where a stored spec lacks it."""
+    """The spec's target or sampler name ("vi" for a variational fit); "?" where a stored spec
+    lacks it."""
+    if role == "sampler" and spec.get("kind") == "vi":
+        return "vi"
     part = spec.get(role)
     return str(part.get("name", "?")) if isinstance(part, dict) else "?"
 
@@ -455,6 +483,9 @@ def _floats(text: str, flag: str) -> tuple[float, ...]:
     return values
 
 
+STEPPED = ("dln", "calibrate", "order")  # the sweeps over step sizes
+
+
 def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
     import threading
 
@@ -471,7 +502,7 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
         return 0
     if args.sweep == "show":
         return _print_sweep(sweep.results(store, args.id), args.json)
-    step_sizes = _floats(args.step_sizes, "--step-sizes") if args.sweep != "reprior" else ()
+    step_sizes = _floats(args.step_sizes, "--step-sizes") if args.sweep in STEPPED else ()
     if args.sweep == "dln":
         samplers_ = tuple(s for s in args.samplers.replace(" ", "").split(",") if s)
         if not samplers_:
@@ -502,6 +533,20 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
             friction=args.friction,
             chains=args.chains,
             steps=args.steps,
+            seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+        )
+    elif args.sweep == "vi":
+        from . import vi
+
+        sources = tuple(s for s in args.source.replace(" ", "").split(",") if s)
+        params, cells = vi.specs(
+            target=args.target,
+            target_params=_pairs(args.target_param, "--target-param"),
+            ns=tuple(int(n) for n in _floats(args.ns, "--ns")),
+            sources=sources,
+            vi_options=_pairs(args.vi_param, "--vi-param"),
             seed=args.seed,
             device=args.device,
             dtype=args.dtype,
@@ -597,9 +642,31 @@ def _print_sweep(result: dict, as_json: bool) -> int:
             f"width {r['width']:<6} reprior / standard: ESS f x{fmt(r['f'])}, "
             f"theta x{fmt(r['theta'])}, time a step x{fmt(r['cost'])}"
         )
+    if result["kind"] == "vi":
+        _print_vi_sweep(result)
     if "recommended" in result:
         print(f"recommended step size per nbeta: {result['recommended']}")
     return 0
+
+
+def _print_vi_sweep(result: dict) -> None:
+    fmt = lambda v, spec=".3f": "-" if v is None else format(v, spec)  # noqa: E731
+    for c in result["cells"]:
+        psi = "-" if c["psi"] is None else f"{c['psi']:.3f} +- {c['psi_se']:.2g}"
+        print(
+            f"{c['source']:<9} n {c['n']:<8} {c['status']:<9} epochs {c['epochs']}/"
+            f"{c['epochs_total']}  Psi {psi:<20} log Z_bar {fmt(c['log_z_bar'])}"
+        )
+    for source, fit in result["slopes"].items():
+        if fit is None:
+            print(f"{source:<9} slope of -Psi against log n: - (fewer than two finished n)")
+        else:
+            se = "" if fit["slope_se"] is None else f" +- {fit['slope_se']:.3f}"
+            print(f"{source:<9} slope of -Psi against log n: {fit['slope']:.3f}{se}")
+    if result["log_z_bar_fit"]:
+        print(f"exact log Z_bar's slope: {result['log_z_bar_fit']['slope']:.3f}")
+    if result["true_lc"]:
+        print(f"true learning coefficient: {result['true_lc']['lambda']:.3f}")
 
 
 def cmd_surface(args: argparse.Namespace, store: Store) -> int:
@@ -755,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub.add_parser("check", help="list what is damaged in the store; exit 1 when anything is")
     sweep_parser = sub.add_parser(
-        "sweep", help="sweeps: the DLN benchmark, calibration, order, reprior"
+        "sweep", help="sweeps: the DLN benchmark, calibration, order, reprior, vi"
     )
     kinds = sweep_parser.add_subparsers(dest="sweep", required=True)
     for name in ("dln", "calibrate"):
@@ -829,6 +896,27 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--refresh", type=float, default=0.1, help="momentum refresh beta")
     k.add_argument("--skip-mh", dest="skip_mh", action="store_true", help="no MH test")
     k.add_argument("--target-accept", dest="target_accept", type=float, default=0.9)
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--device", default="auto")
+    k.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    k.add_argument("--json", action="store_true")
+    k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
+    k.add_argument("--submit-only", dest="submit_only", action="store_true")
+    k = kinds.add_parser(
+        "vi", help="the VI n-scan: -Psi against log n, its slope (reference 004, section 5(C))"
+    )
+    k.add_argument("--target", default="tanh", help="a target with data and a truth w0")
+    k.add_argument("--target-param", action="append", default=[], metavar="K=V")
+    k.add_argument("--ns", default="500,1000,2000,5000", help="comma-separated values of n")
+    k.add_argument("--source", default="gamma", help="gamma, gaussian, or both: gamma,gaussian")
+    k.add_argument(
+        "--vi-param",
+        dest="vi_param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="the fits' options (epochs, prior_mean, prior_variance, lambda0, ...)",
+    )
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--device", default="auto")
     k.add_argument("--dtype", choices=("float32", "float64"), default="float64")

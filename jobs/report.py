@@ -77,11 +77,17 @@ def labels_of(target: landscapes.Target) -> list[str]:
     return out
 
 
+def is_sampling(spec: dict) -> bool:
+    """A sampler's run (kind "sample"), not a variational fit (kind "vi", no sampler)."""
+    return spec.get("kind", "sample") == "sample"
+
+
 def is_playground_run(spec: dict) -> bool:
-    """A run the Playground draws: a 2-D potential without observables."""
+    """A run the Playground draws: a sampler on a 2-D potential without observables."""
     target = spec["target"]
     return (
-        target["name"] in POTENTIALS
+        is_sampling(spec)
+        and target["name"] in POTENTIALS
         and not spec.get("observables")
         and target["params"].get("dim", 2) == 2
         and len(target["params"].get("k", (0, 0))) == 2
@@ -404,7 +410,11 @@ def comparisons(runs: list) -> list[list]:
     of at least two samplers (``sampler_label``), newest group first."""
 
     def keep(spec: dict) -> bool:
-        return spec["target"]["name"] in POTENTIALS and not spec.get("observables")
+        return (
+            is_sampling(spec)
+            and spec["target"]["name"] in POTENTIALS
+            and not spec.get("observables")
+        )
 
     groups = run_groups(runs, keep)
     return [g for g in groups if len({sampler_label(r.spec) for r in g}) >= 2]
@@ -545,6 +555,34 @@ def llc_runs(store: Store) -> list[RunRecord]:
     """LLC runs that belong to no sweep, newest first."""
     swept = {c["run_id"] for s in store.list_sweeps() for c in s["cells"]}
     return [r for r in store.list() if "llc" in r.spec.get("observables", ()) and r.id not in swept]
+
+
+def latest_llc(store: Store, target: dict) -> RunRecord | None:
+    """The newest completed LLC run on ``target``'s network (its name, and its parameters
+    other than n), for the VI scan to show beside its slope; None when there is none."""
+    same = {k: v for k, v in target["params"].items() if k != "n"}
+    for record in store.list("completed"):
+        t = record.spec["target"]
+        llc_ = ((record.summary or {}).get("observables") or {}).get("llc")
+        others = {k: v for k, v in t["params"].items() if k != "n"}
+        if llc_ and t["name"] == target["name"] and others == same:
+            return record
+    return None
+
+
+def vi_rows(cells: list[dict]) -> dict:
+    """The VI scan's table: one row per fit, with its verdict."""
+    fmt = lambda v: None if v is None else round(v, 3)  # noqa: E731
+    return {
+        "n": [c["n"] for c in cells],
+        "source": [c["source"] for c in cells],
+        "status": [c["status"] for c in cells],
+        "epochs": [f"{c['epochs']}/{c['epochs_total']}" for c in cells],
+        "Ψ": [fmt(c["psi"]) for c in cells],
+        "SE": [fmt(c["psi_se"]) for c in cells],
+        "log Z̄ (exact)": [fmt(c["log_z_bar"]) for c in cells],
+        "verdict": [(c["verdict"] or {}).get("status", "") for c in cells],
+    }
 
 
 def llc_warnings_so_far(record: RunRecord, flushes: dict, dim: int) -> list[dict]:
@@ -741,7 +779,8 @@ def is_funnel_run(spec: dict) -> bool:
     from . import funnel  # lazily: scipy.stats costs ~1 s to import
 
     return (
-        spec["target"]["name"] == funnel.TARGET["name"]
+        is_sampling(spec)
+        and spec["target"]["name"] == funnel.TARGET["name"]
         and spec["sampler"]["name"] == "sgrld"
         and spec.get("start") == list(funnel.START)
         and not spec.get("observables")
@@ -868,6 +907,8 @@ def estimate_seconds(spec: dict, store: Store | None = None) -> float:
         for record in store.list("completed"):
             if len(ratios) >= CALIBRATION_RUNS:
                 break
+            if not is_sampling(record.spec):
+                continue
             if (record.spec["target"]["name"], record.spec["sampler"]["name"]) != same:
                 continue
             summary = record.summary or {}

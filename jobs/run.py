@@ -71,6 +71,10 @@ def execute(
     cancelled when ``should_stop`` said so between blocks). Errors propagate to the caller."""
     from .observe import OBSERVERS
 
+    if spec.kind == "vi":  # a variational fit: its own loop (jobs.vi), the same store and summary
+        from . import vi
+
+        return vi.execute(spec, store, run_id, should_stop, on_progress)
     started = time.perf_counter()
     target, kernel, device = build(spec)
     est = estimate(spec)

@@ -14,9 +14,10 @@ import math
 import os
 import re
 import shutil
+import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, get_args, get_origin
+from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -54,6 +55,7 @@ GiB = 2**30
 MAX_SPEC_BYTES = 2**20
 MAX_SPEC_DEPTH = 20
 MAX_START = 2000  # a start position is typed: at most a potential's largest d
+MAX_VI_DIM = 100_000  # a vi run's flow: four couplings of 2 x 3 layers of d x hidden weights
 
 
 class SpecError(ValueError):
@@ -118,9 +120,51 @@ class LLCOptions(_Model):
     train_patience: int = Field(500, ge=1, le=10_000_000)
 
 
+class VIOptions(_Model):
+    """A variational fit (the ``vi`` run kind; reference 004, ``samplers.vi``): a flow of
+    ``layers`` affine couplings on a generalized-gamma source (the paper's nf_gamma: lambda =
+    (1, lambda0, ...), k = k0, beta = (n, beta0, ...), learned) or a fixed Gaussian of the same
+    mean and variance (nf_gaussian), trained by Adam on Psi = ELBO + n S_n."""
+
+    source: Literal["gamma", "gaussian"] = "gamma"
+    lambda0: float = Field(500.0, gt=0, le=1e6, description="a number in (0, 1e6]")
+    k0: float = Field(1.0, gt=0, le=100, description="a number in (0, 100]")
+    beta0: float = Field(100.0, gt=0, le=1e8, description="a number in (0, 1e8]")
+    # phi = N(prior_mean, prior_variance I): reference 004's pairs are (mean, variance)
+    prior_mean: float = Field(5.0, ge=-1e6, le=1e6, description="a number in [-1e6, 1e6]")
+    prior_variance: float = Field(100.0, gt=0, le=1e12, description="a number in (0, 1e12]")
+    # the data's noise sd (regression); None: the target's own (noise_std, sigma, else 1)
+    sigma: float | None = Field(
+        None, gt=0, le=1e6, description="a number in (0, 1e6], or null: the target's noise sd"
+    )
+    epochs: int = Field(300, ge=1, le=1_000_000)
+    samples: int = Field(5, ge=1, le=10_000)  # M, draws per step
+    batch_fraction: float = Field(0.1, gt=0, le=1, description="a number in (0, 1]")
+    lr_flow: float = Field(1e-3, gt=0, le=10, description="a number in (0, 10]")
+    lr_k: float = Field(1e-3, gt=0, le=10, description="a number in (0, 10]")
+    lr_lambda_beta: float = Field(1e-1, gt=0, le=10, description="a number in (0, 10]")
+    layers: int = Field(4, ge=1, le=32)
+    hidden: int = Field(16, ge=1, le=4096)
+    final_samples: int = Field(100, ge=2, le=100_000)  # the final Psi's draws
+    # fit on the first ``points`` training points (a nested n-scan: one dataset, its first n
+    # points, so the scan's fits differ in n and not in their noise draws); None: all n
+    points: int | None = Field(None, ge=2, le=10_000_000, description="an integer >= 2, or null")
+
+
+# A vi run fits one flow: these fields of a sampling run mean nothing there, and are refused
+# rather than ignored (nothing runs with a value the user gave that it does not use).
+SAMPLE_ONLY = (
+    "sampler", "chains", "steps", "burn_in", "thin", "record", "observables", "llc",
+    "flush_every", "compile", "start",
+)  # fmt: skip
+
+
 class RunSpec(_Model):
+    # "sample": a kernel on a target (sampler required); "vi": a variational fit (vi options)
+    kind: Literal["sample", "vi"] = "sample"
     target: Component
-    sampler: Component
+    sampler: Component | None = None
+    vi: VIOptions | None = None
     # Bounds (ge, le) also write the error messages; those that depend on steps are in _check.
     chains: int = Field(64, ge=1, le=1_000_000)
     steps: int = Field(1000, ge=1, le=1_000_000_000)
@@ -150,6 +194,12 @@ class RunSpec(_Model):
             raise _fail(
                 "device", f"must be {_allowed(RunSpec.model_fields['device'])}, got {self.device!r}"
             )
+        if self.kind == "vi":
+            return self._check_vi()
+        if self.sampler is None:
+            raise _fail("sampler", "is required for a sampling run (kind 'sample')")
+        if self.vi is not None:
+            raise _fail("vi", "is for kind 'vi' runs only; this run's kind is 'sample'")
         steps = self.steps
         for field, low, high, note in (
             ("burn_in", 0, steps - 1, " (below steps)"),
@@ -184,6 +234,50 @@ class RunSpec(_Model):
             self._check_reprior()
         if self.start is not None:
             self._check_start()
+        return self
+
+    def _check_vi(self) -> RunSpec:
+        # a default is no choice (a stored spec holds every field): only other values are refused
+        given = [n for n in SAMPLE_ONLY if getattr(self, n) != RunSpec.model_fields[n].default]
+        if given:
+            raise _fail(
+                given[0],
+                "does not apply to a vi run, which fits one flow (its options are under 'vi': "
+                f"{list(VIOptions.model_fields)})",
+            )
+        self.vi = self.vi or VIOptions()
+        registry = landscapes.REGISTRY
+        if self.target.name not in registry:
+            name = self.target.name
+            raise _fail("target.name", f"must be one of {sorted(registry)}, got {name!r}")
+        try:
+            self.target.params = registry[self.target.name].validate(self.target.params)
+        except ParamError as exc:
+            raise _fail(*_param_error(exc, "target", self.target.name)) from None
+        if self.target.params.get("parametrisation") == "reprior":
+            raise _fail(
+                "target.params.parametrisation",
+                "must be 'standard' for a vi run: the flow fits the posterior of the network's "
+                "own weights, got 'reprior'",
+            )
+        try:
+            facts = _target_facts(self.target.name, json.dumps(self.target.params, sort_keys=True))
+        except ParamError as exc:
+            raise _fail(*_param_error(exc, "target", self.target.name)) from None
+        points = self.vi.points
+        if points is not None and (facts.n is None or points > facts.n):
+            have = "a potential, which has no data" if facts.n is None else f"n = {facts.n}"
+            raise _fail(
+                "vi.points",
+                f"must be empty or an integer in [2, n], the target's training points; "
+                f"{self.target.name} has {have}, got {points}",
+            )
+        if facts.dim > MAX_VI_DIM:
+            raise _fail(
+                "target",
+                f"has d = {facts.dim} parameters; a vi run's flow takes at most {MAX_VI_DIM} "
+                "(its couplings' layers are d x hidden): choose a smaller network",
+            )
         return self
 
     def _check_start(self) -> None:
@@ -267,9 +361,15 @@ def _param_error(exc: ParamError, role: str, name: str) -> tuple[str, str]:
     return f"{role}.{exc.field}", text
 
 
+def _unwrap(kind: Any) -> Any:
+    """``X | None`` -> X (an optional field accepts what X does, or null)."""
+    args = [a for a in get_args(kind) if a is not type(None)]
+    return args[0] if get_origin(kind) in (Union, types.UnionType) and len(args) == 1 else kind
+
+
 def _allowed(info: FieldInfo) -> str:
     """What a field accepts, in words, from its annotation and bounds."""
-    kind = info.annotation
+    kind = _unwrap(info.annotation)
     if info.description:
         return info.description
     if get_origin(kind) is Literal:
@@ -301,7 +401,7 @@ def _explain(error: dict[str, Any]) -> SpecError:
         if part not in fields:
             break
         info = fields[part]
-        kind = info.annotation
+        kind = _unwrap(info.annotation)
     if error["type"] == "extra_forbidden":
         return SpecError(path, f"unknown field; allowed: {list(fields)}")
     if error["type"] == "missing":
@@ -482,6 +582,8 @@ def estimate(spec: RunSpec) -> Estimate:
 
     from .observe import EVAL_POINTS  # observe imports this module
 
+    if spec.kind == "vi":
+        return _vi_estimate(spec)
     f = target_facts(spec)
     kernel = kernel_of(spec)
     dim, itemsize, chains = f.dim, (4 if spec.dtype == "float32" else 8), spec.chains
@@ -537,8 +639,30 @@ def estimate(spec: RunSpec) -> Estimate:
     return Estimate(dim, device, store, recorded, records, positions, summary, parts)
 
 
+def _vi_estimate(spec: RunSpec) -> Estimate:
+    """A vi run's bytes: the flow (``layers`` couplings, each an s and a t MLP of d x hidden,
+    hidden x hidden x 2, hidden x d weights) with Adam's two moments and its gradient; a step's
+    activations for M draws on a minibatch; the per-epoch objective in the store."""
+    f, o = target_facts(spec), spec.vi
+    itemsize, d = (4 if spec.dtype == "float32" else 8), target_facts(spec).dim
+    weights = o.layers * 2 * (2 * d * o.hidden + 2 * o.hidden**2 + d + 3 * o.hidden)
+    n = 0 if f.n is None else f.n
+    points = max(1, round(n * o.batch_fraction)) if n else 0
+    width = sum(f.widths) * itemsize
+    parts = {
+        "state": 4 * weights * itemsize + 8 * d * itemsize,
+        "data": f.floats * itemsize + f.other_bytes,
+        "step": AUTOGRAD * max(o.samples, o.final_samples) * max(points, 1) * width
+        + AUTOGRAD * o.layers * o.final_samples * (d + 6 * o.hidden) * itemsize,
+        "buffer": o.epochs * 16,
+    }
+    return Estimate(d, sum(parts.values()), o.epochs * 16, 0, o.epochs, "none", 0, parts)
+
+
 def _lower(spec: RunSpec, part: str) -> str:
     """What to change when the device would overflow: the fields behind its largest ``part``."""
+    if spec.kind == "vi":
+        return "lower target.params.n or vi.samples / vi.final_samples, or a smaller network"
     if part == "step":
         takes = samplers.REGISTRY[spec.sampler.name].params
         if any(p.name == "batch_size" for p in takes):
@@ -687,14 +811,19 @@ def build(spec: RunSpec) -> tuple[Target, Kernel, torch.device]:
     A process builds each target once and keeps the last few (and their kernels): a warm worker
     given the same target and sampler again (a new seed, more steps, the class pressing Run
     twice) reuses the kernel's compiled chunks. Both are read-only during a run."""
+    target, target_key = build_target(spec)
+    kernel = _built_kernel(target_key, json.dumps(spec.sampler.model_dump(mode="json")))
+    return target, kernel, target.device
+
+
+def build_target(spec: RunSpec) -> tuple[Target, str]:
+    """The spec's target on its device and dtype (kept, as ``build`` says), and its key."""
     device = _device(spec)
     target_key = json.dumps(
         {"target": spec.target.model_dump(mode="json"), "device": str(device), "dtype": spec.dtype},
         sort_keys=True,
     )
-    target = _built_target(target_key)
-    kernel = _built_kernel(target_key, json.dumps(spec.sampler.model_dump(mode="json")))
-    return target, kernel, target.device
+    return _built_target(target_key), target_key
 
 
 @functools.lru_cache(maxsize=4)

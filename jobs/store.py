@@ -93,7 +93,7 @@ class Progress:
     steps_total: int
     steps_per_second: float
     eta_s: float | None
-    phase: str = "sample"  # or "train": an LLC run training to w0 first
+    phase: str = "sample"  # or "train": an LLC run training to w0 first; "fit": a vi run's epochs
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -488,7 +488,9 @@ class Store:
     def create(self, spec: dict) -> str:
         """A new queued run, e.g. id "20250131-142501123-9f3a" (UTC time to the ms, random)."""
         spec_json = json.dumps(spec)
-        queued = Progress(0, spec.get("steps", 0), 0.0, None).as_dict()
+        vi = spec.get("vi") if spec.get("kind") == "vi" else None  # a fit counts its epochs
+        total = vi.get("epochs", 0) if isinstance(vi, dict) else spec.get("steps", 0)
+        queued = Progress(0, total, 0.0, None, "fit" if vi else "sample").as_dict()
         run_id = _new_id()
         while self._path(run_id).exists():
             run_id = _new_id()

@@ -23,6 +23,8 @@ page watching a sweep sees it fill in as runs finish, and nothing is stored twic
   widths x {standard, reprior}, each run of reprior-lmc with the "ess" observable from the same
   start and seed; per width the per-step ESS of theta and of f(X_test) in both
   parametrisations, their ratio, the acceptance and the adapted step, live as the runs go.
+- ``vi``: the variational n-scan of reference 004 (``jobs.vi``): one vi run per n and source,
+  the slope of -Psi against log n (an upper bound on the learning coefficient).
 """
 
 from __future__ import annotations
@@ -689,7 +691,14 @@ def reprior_flags(cells: list[dict], ratios: list[dict], mh: bool) -> list[dict]
     return out
 
 
+def vi_results(store: Store, sweep: dict) -> dict:
+    from . import vi  # vi imports this module's helpers
+
+    return {"progress": progress(store, sweep), **vi.results(store, sweep)}
+
+
 RESULTS = {
+    "vi": vi_results,
     "dln": dln_results,
     "calibrate": calibration_results,
     "order": order_results,

@@ -19,6 +19,7 @@ the mean cross-entropy. The default nbeta is n / log n, the LLC convention (beta
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from abc import abstractmethod
@@ -93,6 +94,20 @@ class Network(Target):
 
     def batch(self, index: Tensor) -> Batch:
         return self.x[index], self.y[index]
+
+    def first(self, n: int) -> Network:
+        """The same network on its first ``n`` training points (test data unchanged): an n-scan
+        on one dataset is nested, so its points differ in n and not in their noise draws."""
+        if not 1 <= n <= self.n:
+            raise ParamError(f"{self.name}.n", f"first(n) needs n in [1, {self.n}], got {n}")
+        t = copy.copy(self)
+        t.x, t.y, t.n = self.x[:n], self.y[:n], n
+        t._data_changed()
+        return t
+
+    def _data_changed(self) -> None:
+        """Recompute what the network keeps of its training data (``first``)."""
+        self.nbeta = self.n / math.log(self.n) if self.n > 1 else 1.0
 
 
 def check_data_size(name: str, n: int, width: int, what: str = "(inputs + outputs)") -> None:
@@ -177,10 +192,17 @@ class DeepLinear(Network):
         super().__init__(name, layout, dataset)
         self.widths = tuple(widths)
         self.w0 = torch.cat([t.reshape(-1) for t in truth])
-        x, y = dataset.x.double(), dataset.y.double()  # a tuple: ``to`` leaves it in float64
-        self.moments = (x.T @ x / self.n, x.T @ y / self.n, (y * y).sum() / self.n)
+        self._set_moments(dataset.x, dataset.y)
         self.rank = product_rank(truth)
         self.true_llc = dln_llc(self.widths, self.rank)
+
+    def _set_moments(self, x: Tensor, y: Tensor) -> None:
+        x, y = x.double(), y.double()  # a tuple: ``to`` leaves it in float64
+        self.moments = (x.T @ x / self.n, x.T @ y / self.n, (y * y).sum() / self.n)
+
+    def _data_changed(self) -> None:
+        super()._data_changed()
+        self._set_moments(self.x, self.y)
 
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         h = torch.transpose(x, -1, -2)  # features first (module doc)
@@ -383,6 +405,10 @@ class Polynomial(Network):
         self.true_llc = normal_crossing_rlct(powers)
         self.full_moments = self._moments((self.x, self.y))
 
+    def _data_changed(self) -> None:
+        super()._data_changed()
+        self.full_moments = self._moments((self.x, self.y))
+
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         coef = (params["w"] ** self.powers).prod(-1)  # [C]
         return coef[:, None, None] * x
@@ -554,6 +580,11 @@ class MLP(Network):
         )
         if prior == "horseshoe":
             self._log_norm += len(self.layer_names) * math.log(math.pi / 2)
+
+    def _data_changed(self) -> None:
+        super()._data_changed()
+        if self.prior != "none":
+            self.nbeta = float(self.n)
 
     @property
     def has_prior(self) -> bool:

@@ -75,6 +75,9 @@ class NTKFCN(Network):
         self.prior_std = 1.0  # the standard parametrisation: base Target's N(0, I) prior
         self.nbeta = self.n / (2 * sigma**2)
 
+    def _data_changed(self) -> None:
+        self.nbeta = self.n / (2 * self.sigma**2)  # temperature 1, as built
+
     # -- the network -----------------------------------------------------------------------
     def features(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         """Psi: [C, B, D], the scaled top-layer features with the bias column (``embed``)."""

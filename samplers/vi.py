@@ -484,6 +484,7 @@ class PsiEstimate:
     log_det: Tensor  # E_q log|G'(xi)|
     entropy: Tensor  # H(q), analytic
     n_s: float | None  # n S_n = -sum_i log p(y_i | x_i, w0), full data only (batch None)
+    se: float  # Monte Carlo standard error of ``value`` over the draws (the entropy is exact)
 
 
 def psi_estimate(
@@ -518,6 +519,8 @@ def psi_estimate(
     log_prior = log_normal(w, prior_mean, prior_std)
     entropy = source.entropy().to(w)
     rest = log_prior.mean() + log_det.mean() + entropy
+    per_draw = (log_lik if w0 is None else log_lik - log_lik_all[samples]) + log_prior + log_det
+    se = per_draw.detach().std().item() / math.sqrt(samples) if samples > 1 else math.inf
     elbo = log_lik.mean() + rest
     psi = n_k = n_s = None
     if w0 is not None:
@@ -535,6 +538,7 @@ def psi_estimate(
         log_det.mean(),
         entropy,
         n_s,
+        se,
     )
 
 
