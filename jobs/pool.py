@@ -131,13 +131,14 @@ def ensure_supervisor(store: Store, slots: int | None = None, owned: bool = Fals
 
 
 def stop_supervisor(store: Store, timeout: float = 10.0) -> bool:
-    """Interrupt the supervisor (its workers stop, their runs end interrupted); True if one was
-    running."""
+    """Stop the supervisor as on Ctrl-C (its workers stop, their runs end interrupted); True if
+    one was running."""
     pid = supervisor_pid(store)
     if pid is None:
         return False
     # Windows: os.kill with SIGINT would terminate it outright; Ctrl-Break reaches its group
-    interrupt = signal.CTRL_BREAK_EVENT if os.name == "nt" else signal.SIGINT
+    # POSIX: SIGTERM; a SIGINT ignored where it was started (a CI job, `cmd &`) stays ignored
+    interrupt = signal.CTRL_BREAK_EVENT if os.name == "nt" else signal.SIGTERM
     with contextlib.suppress(OSError):  # gone already, or not ours: the kill below decides
         os.kill(pid, interrupt)
     deadline = time.monotonic() + timeout

@@ -186,11 +186,11 @@ def supervise(
     context = mp.get_context("spawn")  # a fresh interpreter: no torch or SQLite state inherited
     workers: list = []
 
-    def interrupted(signum, frame):  # SIGTERM (kill, docker stop) ends the workers like Ctrl-C
+    def interrupted(signum, frame):  # SIGTERM (stop_supervisor, docker stop): as Ctrl-C
         raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():
-        # SIGBREAK: Windows' Ctrl-Break, which stop_supervisor sends there instead of SIGINT
+        # SIGBREAK: Windows' Ctrl-Break, which stop_supervisor sends there instead of SIGTERM
         for name in ("SIGTERM", "SIGBREAK"):
             if hasattr(signal, name):
                 signal.signal(getattr(signal, name), interrupted)
