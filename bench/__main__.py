@@ -12,7 +12,7 @@
     python -m bench sgrld [--repeats 5] [--quick] [--no-record]  # reference 001's metrics
     python -m bench eqn [--repeats 5] [--quick] [--jobs 2] [--threads 1] [--no-record]
     python -m bench reprior [--repeats 5] [--quick] [--no-record]  # reference 002's tables
-    python -m bench vi [--quick] [--wide-epochs N] [--no-record]  # reference 004 section 5(C)
+    python -m bench vi [--quick] [--no-record]  # reference 004 section 5(C), as sweeps
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
 chain counts in turn (Basin and peer at the first count, then at the next, ...), ``--repeats``
@@ -625,7 +625,7 @@ def reprior_bench(args: argparse.Namespace) -> None:
 def vi_bench(args: argparse.Namespace) -> None:
     from . import vi as bench_vi  # imports torch
 
-    r = bench_vi.run(args.quick, args.wide_epochs)
+    r = bench_vi.run(args.quick)
     if args.no_record or args.quick:
         print("(not recorded: --no-record or --quick)")
         return
@@ -635,12 +635,13 @@ def vi_bench(args: argparse.Namespace) -> None:
             f"## {now()}: VI via resolution of singularities (issue 43)",
             "",
             f"`python -m bench {shlex.join(sys.argv[1:])}` (bench/vi.py), {r['total_s']:.0f} s "
-            f"in all: the H = 1 n-scan ({r['scan_s']:.0f} s), then H = 2 and 4 "
-            f"({r['wide_s']:.0f} s). Goals (issue 43): the section 5(C) H = 1 scan (both "
-            "sources, 6 values of n, 300 epochs) within 10 minutes on the 2-core machine; the "
-            "table beside the paper's (reference 004).",
+            "in all: the n-scans at H = 1, 2, 4 ("
+            + ", ".join(f"{w:.0f} s" for w in r["walls"].values())
+            + "). Goals (issue 43): the section 5(C) H = 1 scan (both sources, 6 values of n, "
+            "300 epochs) within 10 minutes on the 2-core machine, in the background with "
+            "progress and ETA; the table beside the paper's (reference 004).",
             "",
-            machine(f"torch {__import__('torch').__version__}, float64, CPU, 1 torch thread"),
+            machine(f"torch {__import__('torch').__version__}, float64, CPU, 1 thread per fit"),
             "",
             *r["lines"],
             "",
@@ -747,7 +748,6 @@ def main() -> None:
     reprior.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     vi_p = sub.add_parser("vi", help="VI via resolution of singularities: reference 004 5(C)")
     vi_p.add_argument("--quick", action="store_true", help="30 epochs, 3 n, not recorded")
-    vi_p.add_argument("--wide-epochs", type=int, help="epochs at H = 2 and 4 (default: the scan's)")
     vi_p.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     live = sub.add_parser("live", help="submit to first records, and gaps while compiling")
     live.add_argument("--repeats", type=int, default=3)

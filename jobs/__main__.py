@@ -427,6 +427,12 @@ def cmd_delete(args: argparse.Namespace, store: Store) -> int:
 @_store_errors
 def cmd_export(args: argparse.Namespace, store: Store) -> int:
     """Exit 1 when damaged records were left out of the file (each range named on stderr)."""
+    if store.get(args.id).spec.get("kind") == "vi" and args.format != "npz":
+        raise SpecError(
+            "--format",
+            f"run {args.id} is a vi run: it records its objective per epoch (epoch, "
+            f"objective), not draws, so {args.format} has nothing to hold; use --format npz",
+        )
     if args.format == "tati":
         return _export_tati(args, store)
     if args.every_nth is not None:

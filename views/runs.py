@@ -161,7 +161,9 @@ def actions(record) -> None:
         else:
             st.button("Delete…", key=f"runs.delete.{rid}", on_click=confirm, args=(rid, True))
     with right:
-        label = st.selectbox("Export as", list(EXPORTS), key=f"runs.format.{rid}")
+        # a vi run records its objective per epoch, not draws: only the arrays carry it
+        formats = [".npz (numpy)"] if record.spec.get("kind") == "vi" else list(EXPORTS)
+        label = st.selectbox("Export as", formats, key=f"runs.format.{rid}")
         key = export_key(rid, label)
         failed = f"{key}.error"  # kept: the fragment reruns every 2 s and would wipe it
         if st.button("Prepare export", key=f"runs.prepare.{rid}"):
