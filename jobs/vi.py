@@ -10,7 +10,8 @@ epochs the store lacks are written.
 
 The ``vi`` sweep is the n-scan: one vi run per n (and per source); the slope of -Psi against
 log n estimates lambda_vb >= lambda, an upper bound on the learning coefficient (reference 004
-eq 6). On a network the scan is nested: one dataset of max(n) points (the sweep's seed), each
+eq 6). On a network the scan is nested: one dataset of max(n) points (the target's own seed
+parameter; the sweep's seed seeds the fits), each
 fit on its first n points, so the fits differ in n and not in their noise draws (the exact
 log Z_bar's slope over independent datasets scattered by several units on the H = 1 tanh net).
 """
@@ -240,6 +241,20 @@ def judge(summary: dict, curve: list[float]) -> dict:
                 "more final draws (vi.final_samples); report this run",
             )
         )
+    n, d = summary.get("n"), summary.get("dim")
+    loose = 0.5 * d * math.log(n) if n and d and n > 1 else None  # a regular model's log n term
+    if value is not None and log_z is not None and loose and value < log_z - loose:
+        signals.append(
+            _signal(
+                "far_below_bound",
+                "warn",
+                log_z - value,
+                f"Psi {value:.4g} is {log_z - value:.3g} nats below the exact log Z_bar "
+                f"{log_z:.4g}, more than (d/2) log n = {loose:.3g}: this fit is too poor for its "
+                "value (or a slope) to say much",
+                "more epochs, smaller learning rates, or the gamma source",
+            )
+        )
     window = max(1, int(CONVERGED_WINDOW * len(curve)))
     if len(curve) >= 20 and not summary["diverged"]:
         last, before = np.array(curve[-window:]), np.array(curve[-2 * window : -window])
@@ -256,12 +271,14 @@ def judge(summary: dict, curve: list[float]) -> dict:
                     "more epochs (vi.epochs)",
                 )
             )
-        if np.mean(curve[-window:]) < np.mean(curve[:window]):
+        first = np.array(curve[:window])
+        se_drop = math.sqrt(last.var(ddof=1) / len(last) + first.var(ddof=1) / len(first))
+        if last.mean() < first.mean() - 3 * se_drop:  # beyond the epochs' own noise
             signals.append(
                 _signal(
                     "not_improving",
                     "fail",
-                    float(np.mean(curve[-window:]) - np.mean(curve[:window])),
+                    float(last.mean() - first.mean()),
                     "the objective ended below where it began: the fit made things worse",
                     "smaller learning rates (vi.lr_lambda_beta, vi.lr_flow)",
                 )
@@ -457,7 +474,8 @@ def flags(cells: list[dict], fits: dict, truth: dict | None, exact: dict | None)
                 "message": f"the exact log Z_bar's own slope over these n is {exact['slope']:.3f}"
                 f" against the true lambda {truth['lambda']:.3f}: at these n this dataset's "
                 "fluctuations, not the fits, set the slope",
-                "try": "a wider range of n (up to 10x or more), more values of n, or another seed",
+                "try": "a wider range of n (up to 10x or more), more values of n, or another "
+                "data seed (the target's seed parameter)",
             }
         )
     for source, fit in fits.items():
