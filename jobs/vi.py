@@ -385,7 +385,7 @@ def results(store: Store, sweep: dict) -> dict:
     for cell in sweep["cells"]:
         row = {"n": cell["n"], "source": cell["source"], "run_id": cell["run_id"]}
         row.update(status="deleted", psi=None, psi_se=None, log_z_bar=None, curve=None)
-        row.update(epochs=0, epochs_total=None, verdict=None, true_lc=None, rate=None)
+        row.update(epochs=0, epochs_total=None, verdict=None, true_lc=None, rate=None, dim=None)
         try:
             record = store.get(cell["run_id"])
         except KeyError:
@@ -393,7 +393,7 @@ def results(store: Store, sweep: dict) -> dict:
             continue
         row["status"] = record.status
         row["rate"] = (record.progress or {}).get("steps_per_second") or None  # epochs / s
-        data = store.read(cell["run_id"], names=["epoch", "objective"]) if record.started else {}
+        data = store.read(cell["run_id"], names=["epoch", "objective"])
         if data:
             stride = max(1, math.ceil(len(data["epoch"]) / CURVE_POINTS))
             row["curve"] = {
@@ -410,6 +410,7 @@ def results(store: Store, sweep: dict) -> dict:
                 log_z_bar=summary.get("log_z_bar"),
                 verdict=summary.get("verdict"),
                 true_lc=summary.get("true_lc"),
+                dim=summary.get("dim"),
             )
         cells.append(row)
     fits = {}
@@ -478,7 +479,24 @@ def flags(cells: list[dict], fits: dict, truth: dict | None, exact: dict | None)
                 "data seed (the target's seed parameter)",
             }
         )
+    dim = next((c["dim"] for c in cells if c.get("dim")), None)
     for source, fit in fits.items():
+        if (
+            fit
+            and dim
+            and fit["slope_se"] is not None
+            and fit["slope"] > dim / 2 + 2 * fit["slope_se"]
+        ):
+            out.append(
+                {
+                    "level": "warn",
+                    "where": NAMES[source],
+                    "message": f"the slope {fit['slope']:.3f} +- {fit['slope_se']:.3f} is above "
+                    f"d/2 = {dim / 2:g}, which a Gaussian at w0 of scale 1/sqrt(n) reaches: "
+                    "these fits are far from their family's best, and the slope bounds nothing",
+                    "try": "more epochs (the fits' curves say which are still rising)",
+                }
+            )
         if fit is None or truth is None or fit["slope_se"] is None:
             continue
         if fit["slope"] < truth["lambda"] - 2 * fit["slope_se"]:
