@@ -189,7 +189,7 @@ def test_calibration_flags_every_dln_setting_more_than_35_percent_off(
         tmp_path,
         *("sweep", "calibrate", "--target", "dln", "--target-param", f"seed={seed}"),
         *("--sampler", sampler, "--param", "batch_size=500", "--chains", "16"),
-        *("--steps", "5000", "--burn-in", "4500", "--step-sizes", steps, "--slots", "1"),
+        *("--steps", "5000", "--burn-in", "4500", "--step-sizes", steps, "--slots", "2"),
         "--json",
         timeout=600,
     )
