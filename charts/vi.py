@@ -75,7 +75,7 @@ def objective_curves(cells: Sequence[Mapping]) -> go.Figure:
                     "<br>objective %{y:.4g}<extra></extra>",
                 )
             )
-    y = {"title": "objective Ψ (mean of an epoch's minibatch estimates)"}
+    y = {"title": "objective Ψ (epoch mean)"}
     if floor:
         tops = [max(t.y) for t in fig.data]
         low, high = min(floor), max(tops)

@@ -560,12 +560,17 @@ def llc_runs(store: Store) -> list[RunRecord]:
 def latest_llc(store: Store, target: dict) -> RunRecord | None:
     """The newest completed LLC run on ``target``'s network (its name, and its parameters
     other than n), for the VI scan to show beside its slope; None when there is none."""
-    same = {k: v for k, v in target["params"].items() if k != "n"}
+    spec = landscapes.REGISTRY[target["name"]]
+
+    def others(params: dict) -> dict:  # completed with the defaults: a sweep stores what was given
+        full = spec.validate({**params, "n": spec.defaults()["n"]})
+        return {k: v for k, v in full.items() if k != "n"}
+
+    same = others(target["params"])
     for record in store.list("completed"):
         t = record.spec["target"]
         llc_ = ((record.summary or {}).get("observables") or {}).get("llc")
-        others = {k: v for k, v in t["params"].items() if k != "n"}
-        if llc_ and t["name"] == target["name"] and others == same:
+        if llc_ and t["name"] == target["name"] and others(t["params"]) == same:
             return record
     return None
 

@@ -268,6 +268,9 @@ def live_vi(sweep_id: str) -> None:
             f"{number(est['mean'])} ± {number(est['se'], 2)}",
             help=f"run {llc_run.id}, n = {llc_run.spec['target']['params'].get('n')}",
         )
+        verdict = llc_run.summary.get("verdict") or {}
+        if verdict.get("status") in ("warn", "fail"):
+            columns[-1].caption(f"its verdict: **{verdict['status']}** (see the LLC tab)")
     if result["log_z_bar_fit"]:
         st.caption(
             f"The exact −log Z̄'s own slope over these n: {result['log_z_bar_fit']['slope']:.3f} "
