@@ -131,7 +131,7 @@ def test_dln_sweep_metrics_follow_from_its_runs(tmp_path):
     out = cli(
         tmp_path,
         *("sweep", "dln", "--problems", "3", "--samplers", "sgld", "--chains", "2"),
-        *("--step-sizes", "1e-7,1e-4", "--steps", "300", "--n", "20000", "--slots", "1"),
+        *("--step-sizes", "1e-7,1e-4", "--steps", "300", "--n", "20000", "--slots", "2"),
         "--json",
         timeout=600,
     )
@@ -220,7 +220,7 @@ def test_calibration_sweep_recommends_the_largest_stable_step(tmp_path):
         *("sweep", "calibrate", "--target", "normal-crossing", "--target-param", "k=[1,2]"),
         *("--target-param", "n=1000", "--sampler", "sgld", "--chains", "64"),
         *("--steps", "4000", "--burn-in", "1000", "--step-sizes", "1e-5,1e-4,1e-3,3e-3"),
-        *("--nbetas", "1,2", "--slots", "1", "--json"),
+        *("--nbetas", "1,2", "--slots", "2", "--json"),
         timeout=600,
     )
     assert out.returncode == 0, out.stderr

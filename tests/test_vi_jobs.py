@@ -6,8 +6,10 @@ lists name a vi run."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import io
 import json
 import math
 import os
@@ -461,14 +463,35 @@ def cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedPro
     )
 
 
+def _cli_here(home: Path, *args: str) -> str:
+    """``python -m jobs ARGS`` in this process (no interpreter to start), its stdout."""
+    before = os.environ.get("BASIN_HOME")
+    os.environ["BASIN_HOME"] = str(home)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert cli_main(list(args)) == 0
+    finally:
+        if before is None:
+            os.environ.pop("BASIN_HOME")
+        else:
+            os.environ["BASIN_HOME"] = before
+    return out.getvalue()
+
+
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
+    """The CLI's sweep, queued (--submit-only), its fits run here as a worker runs them, then
+    its results as ``sweep show --json`` prints them (the worker pool runs one in the slow
+    section 5(C) test)."""
     home = tmp_path_factory.mktemp("vi-sweep")
     args = ["sweep", "vi", "--target", "tanh", "--target-param", "hidden=1"]
     args += ["--ns", ",".join(map(str, NS)), "--source", "gamma,gaussian"]
-    out = cli(home, *args, "--vi-param", "epochs=5", "--json")
-    assert out.returncode == 0, out.stderr
-    return home, json.loads(out.stdout)
+    sweep_id = _cli_here(home, *args, "--vi-param", "epochs=5", "--submit-only").strip()
+    store = Store(home)
+    for record in store.list("queued"):
+        summary = execute(parse_spec(record.spec), store, record.id)
+        store.finish(record.id, summary["status"], summary=summary)
+    return home, json.loads(_cli_here(home, "sweep", "show", sweep_id, "--json"))
 
 
 def _ols(x, y):
@@ -670,32 +693,22 @@ def test_judge_warns_of_a_fit_further_below_the_bound_than_a_regular_models_log_
     assert _codes(near) == []
 
 
-def _fit_cell(job: tuple[str, str]) -> None:
-    """Execute one stored vi run (a worker process of ``parallel_map``), as a worker would."""
-    home, run_id = job
-    store = Store(home)
-    summary = execute(parse_spec(store.get(run_id).spec), store, run_id)
-    store.finish(run_id, summary["status"], summary=summary)
-
-
 @pytest.mark.slow
 def test_section_5c_on_the_h1_tanh_net_both_sources_bounded_improving_and_ordered(tmp_path):
     """Reference 004 section 5(C), small: H = 1, n = 500 and 5000 (the first n points of one
-    dataset), both sources at mu0 = 5, 200 epochs (the reference trains 100-300). Every Psi is
+    dataset), both sources at mu0 = 5, 150 epochs (the reference trains 100-300). Every Psi is
     finite, improved over training and lies below the exact log Z_bar (quadrature, recomputed
     here); nf_gamma beats nf_gaussian at both n; the slope of -Psi against log n is positive and
     within 2 Monte Carlo SEs of the band [0.4, 1.0] the reference suggests for H = 1 (the whole
-    6-point scan at 300 epochs is ``python -m bench vi``: 0.572 +- 0.122 there)."""
-    from parallel import parallel_map
-
-    from jobs import sweep as sweeps
-
+    6-point scan at 300 epochs is ``python -m bench vi``: 0.572 +- 0.122 there). As a user runs
+    it: ``python -m jobs sweep vi`` and its worker pool, two fits at a time."""
     ns = (500, 5000)
+    args = ["sweep", "vi", "--target", "tanh", "--target-param", "hidden=1", "--ns", "500,5000"]
+    args += ["--source", "gamma,gaussian", "--vi-param", "epochs=150", "--slots", "2"]
+    out = cli(tmp_path, *args, "--json", timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
     store = Store(tmp_path)
-    params, cells = jvi.specs("tanh", {"hidden": 1}, ns, ("gamma", "gaussian"), {"epochs": 200})
-    sweep_id = sweeps.submit(store, "vi", params, cells)
-    parallel_map(_fit_cell, [(str(tmp_path), r.id) for r in store.list()], processes=2)
-    result = sweeps.results(store, sweep_id)
     by = {(c["source"], c["n"]): c for c in result["cells"]}
     for n in ns:
         x, y = tanh_data(max(ns))
