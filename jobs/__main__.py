@@ -795,6 +795,16 @@ def _finite(value):
     return value
 
 
+def _sweep_flags(k: argparse.ArgumentParser) -> None:
+    """What the order, reprior and vi sweeps take alike: seed, device, dtype and how to run."""
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--device", default="auto")
+    k.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    k.add_argument("--json", action="store_true")
+    k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
+    k.add_argument("--submit-only", dest="submit_only", action="store_true")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -882,12 +892,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--friction", type=float, default=1.0, help="gamma")
     k.add_argument("--chains", type=int, default=16_384, help="chains a run (the paper's seeds)")
     k.add_argument("--steps", type=int, default=10_000)
-    k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--device", default="auto")
-    k.add_argument("--dtype", choices=("float32", "float64"), default="float64")
-    k.add_argument("--json", action="store_true")
-    k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
-    k.add_argument("--submit-only", dest="submit_only", action="store_true")
+    _sweep_flags(k)
     k = kinds.add_parser(
         "reprior", help="repriorisation of wide networks: ESS by width (reference 002, Fig. 7)"
     )
@@ -902,12 +907,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--refresh", type=float, default=0.1, help="momentum refresh beta")
     k.add_argument("--skip-mh", dest="skip_mh", action="store_true", help="no MH test")
     k.add_argument("--target-accept", dest="target_accept", type=float, default=0.9)
-    k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--device", default="auto")
-    k.add_argument("--dtype", choices=("float32", "float64"), default="float64")
-    k.add_argument("--json", action="store_true")
-    k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
-    k.add_argument("--submit-only", dest="submit_only", action="store_true")
+    _sweep_flags(k)
     k = kinds.add_parser(
         "vi", help="the VI n-scan: -Psi against log n, its slope (reference 004, section 5(C))"
     )
@@ -923,12 +923,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="K=V",
         help="the fits' options (epochs, prior_mean, prior_variance, lambda0, ...)",
     )
-    k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--device", default="auto")
-    k.add_argument("--dtype", choices=("float32", "float64"), default="float64")
-    k.add_argument("--json", action="store_true")
-    k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
-    k.add_argument("--submit-only", dest="submit_only", action="store_true")
+    _sweep_flags(k)
     for name in ("show", "delete"):
         k = kinds.add_parser(name)
         k.add_argument("id")

@@ -13,14 +13,13 @@ import io
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
+from test_jobs import cli
 
 import landscapes
 from charts.table import run_row
@@ -449,18 +448,6 @@ def test_a_replay_into_a_complete_run_writes_nothing(base):
 # -- 7, 10. the sweep and the CLI -------------------------------------------------------------
 
 NS = (300, 600, 1200)
-
-
-def cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "jobs", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _cli_here(home: Path, *args: str) -> str:
