@@ -23,6 +23,13 @@ Batch = (
 )
 
 
+def rows(data: Tensor, index: Tensor) -> Tensor:
+    """``data[index]`` for an index of any shape (a minibatch: [B] or [C, B]), as one
+    index_select: on a CPU, advanced indexing took 3x as long to gather a step's random rows
+    from a dataset out of cache (bench/RESULTS.md, 22:50), and every minibatch step gathers."""
+    return data.index_select(0, index.reshape(-1)).reshape(*index.shape, *data.shape[1:])
+
+
 class ParamError(ValueError):
     """Bad input: names the offending field and says what is allowed."""
 

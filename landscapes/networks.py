@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import data as datasets
-from .base import DATA_CHUNK, Batch, ParamError, Target
+from .base import DATA_CHUNK, Batch, ParamError, Target, rows
 from .truths import dln_llc, normal_crossing_rlct, rrr_llc, tanh_llc
 
 MAX_DATA_ELEMENTS = 200_000_000  # inputs + outputs held in memory, about 1.6 GB in float64
@@ -93,7 +93,7 @@ class Network(Target):
         return self.criterion(self.predict(w, self.x_test), self.y_test)
 
     def batch(self, index: Tensor) -> Batch:
-        return _rows(self.x, index), _rows(self.y, index)
+        return rows(self.x, index), rows(self.y, index)
 
     def first(self, n: int) -> Network:
         """The same network on its first ``n`` training points (test data unchanged): an n-scan
@@ -108,13 +108,6 @@ class Network(Target):
     def _data_changed(self) -> None:
         """Recompute what the network keeps of its training data (``first``)."""
         self.nbeta = self.n / math.log(self.n) if self.n > 1 else 1.0
-
-
-def _rows(data: Tensor, index: Tensor) -> Tensor:
-    """``data[index]`` for an index of any shape, as one index_select: on a CPU, advanced
-    indexing took 3x as long to gather a step's random rows from a dataset out of cache
-    (bench/RESULTS.md), and every minibatch step gathers them."""
-    return data.index_select(0, index.reshape(-1)).reshape(*index.shape, *data.shape[1:])
 
 
 def check_data_size(name: str, n: int, width: int, what: str = "(inputs + outputs)") -> None:

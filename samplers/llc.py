@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from landscapes import ParamError, Target
+from landscapes.base import rows
 
 from .base import Info, Kernel, State
 from .mcmc import mala_log_ratio
@@ -86,7 +87,7 @@ class Paired:
     ) -> tuple[State, Info]:
         state, info = self.kernel.step(state, target, noise, trace)
         if self.center_losses is not None:
-            center = self.center_losses[noise["index"]].mean(-1)  # [C]: each chain's batch
+            center = rows(self.center_losses, noise["index"]).mean(-1)  # [C]: each chain's batch
             info.scalars["center_loss"] = torch.where(info.diverged, math.nan, center)
         return state, info
 
