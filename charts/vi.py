@@ -88,6 +88,13 @@ def objective_curves(cells: Sequence[Mapping]) -> go.Figure:
     return _layout(fig, "Each fit's objective as it trains", {"title": "epoch"}, y)
 
 
+def _fitted_line(fig: go.Figure, log_n: np.ndarray, fit: Mapping, line: dict) -> None:
+    """A least-squares line (slope, intercept) across the points' range of log n."""
+    x = np.array([log_n.min(), log_n.max()])
+    y = fit["slope"] * x + fit["intercept"]
+    fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line=line, showlegend=False, hoverinfo="skip"))
+
+
 def free_energy_figure(
     cells: Sequence[Mapping],
     slopes: Mapping[str, Mapping | None],
@@ -131,23 +138,10 @@ def free_energy_figure(
             )
         )
         if fit:
-            x = np.array([log_n.min(), log_n.max()])
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=fit["slope"] * x + fit["intercept"],
-                    mode="lines",
-                    line={"color": COLOURS[source]},
-                    showlegend=False,
-                    hoverinfo="skip",
-                )
-            )
+            _fitted_line(fig, log_n, fit, {"color": COLOURS[source]})
         anchor = anchor or (log_n, value)
+    # one exact value per n (both sources' fits compute the same quadrature)
     exact = sorted(
-        (c["n"], -c["log_z_bar"])
-        for c in cells
-        if c.get("source") == SOURCES[0] and _finite(c.get("log_z_bar")) is not None
-    ) or sorted(
         {(c["n"], -c["log_z_bar"]) for c in cells if _finite(c.get("log_z_bar")) is not None}
     )
     if exact:
@@ -165,17 +159,7 @@ def free_energy_figure(
             )
         )
         if exact_fit:
-            x = np.array([log_n.min(), log_n.max()])
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=exact_fit["slope"] * x + exact_fit["intercept"],
-                    mode="lines",
-                    line={"color": EXACT_COLOUR, "dash": "dot"},
-                    showlegend=False,
-                    hoverinfo="skip",
-                )
-            )
+            _fitted_line(fig, log_n, exact_fit, {"color": EXACT_COLOUR, "dash": "dot"})
         anchor = (log_n, value)
     if true_lc and anchor is not None and len(anchor[0]) >= 1:
         log_n, value = anchor

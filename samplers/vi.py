@@ -490,7 +490,9 @@ class PsiEstimate:
     log_det: Tensor  # E_q log|G'(xi)|
     entropy: Tensor  # H(q), analytic
     n_s: float | None  # n S_n = -sum_i log p(y_i | x_i, w0), full data only (batch None)
-    se: float  # Monte Carlo standard error of ``value`` over the draws (the entropy is exact)
+    # Monte Carlo standard error of ``value`` over the draws (the entropy is exact); on all n
+    # points only (the final estimate): a minibatch step would pay a host sync for nothing
+    se: float | None
 
 
 def psi_estimate(
@@ -525,8 +527,11 @@ def psi_estimate(
     log_prior = log_normal(w, prior_mean, prior_std)
     entropy = source.entropy().to(w)
     rest = log_prior.mean() + log_det.mean() + entropy
-    per_draw = (log_lik if w0 is None else log_lik - log_lik_all[samples]) + log_prior + log_det
-    se = per_draw.detach().std().item() / math.sqrt(samples) if samples > 1 else math.inf
+    se = None
+    if batch is None:
+        per_draw = (log_lik if w0 is None else log_lik - log_lik_all[samples]) + log_prior
+        per_draw = per_draw + log_det
+        se = per_draw.detach().std().item() / math.sqrt(samples) if samples > 1 else math.inf
     elbo = log_lik.mean() + rest
     psi = n_k = n_s = None
     if w0 is not None:

@@ -12,7 +12,6 @@ import dataclasses
 import io
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -452,16 +451,9 @@ NS = (300, 600, 1200)
 
 def _cli_here(home: Path, *args: str) -> str:
     """``python -m jobs ARGS`` in this process (no interpreter to start), its stdout."""
-    before = os.environ.get("BASIN_HOME")
-    os.environ["BASIN_HOME"] = str(home)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()) as out:
-            assert cli_main(list(args)) == 0
-    finally:
-        if before is None:
-            os.environ.pop("BASIN_HOME")
-        else:
-            os.environ["BASIN_HOME"] = before
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as out:
+        patch.setenv("BASIN_HOME", str(home))  # restored on exit
+        assert cli_main(list(args)) == 0
     return out.getvalue()
 
 
