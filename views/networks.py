@@ -265,7 +265,7 @@ def live_vi(sweep_id: str) -> None:
         est = llc_run.summary["observables"]["llc"]
         columns[-1].metric(
             "λ̂ (sampling)",
-            f"{number(est['mean'])} ± {number(est['se'], 2)}",
+            f"{est['mean']:.3g} ± {est['se']:.2g}",  # short: the column is a quarter wide
             help=f"run {llc_run.id}, n = {llc_run.spec['target']['params'].get('n')}",
         )
         verdict = llc_run.summary.get("verdict") or {}
