@@ -73,8 +73,14 @@ def spec_from_args(args: argparse.Namespace) -> dict:
         data = read_spec_file(args.spec)  # size- and depth-capped
         if not isinstance(data, dict):
             raise SpecError("spec", f"{args.spec} must hold a JSON object, not {_kind(data)}")
+    target_items = list(args.target_param)
+    if getattr(args, "loss_convention", None):  # devinterp's F.mse_loss: "mean"
+        target_items.append(f"loss_convention={args.loss_convention}")
+    if getattr(args, "factory", None):  # the checkpoint sweep's model
+        data["target"] = {"name": "model", "params": {}}
+        target_items.append(f"factory={args.factory}")
     for role, name, flag, items in (
-        ("target", args.target, "--target-param", args.target_param),
+        ("target", args.target, "--target-param", target_items),
         ("sampler", args.sampler, "--param", args.param),
     ):
         if name:
@@ -168,6 +174,13 @@ def _add_spec_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--target", help=f"one of {sorted(landscapes.REGISTRY)}")
     p.add_argument("--target-param", action="append", default=[], metavar="K=V")
+    p.add_argument(
+        "--loss-convention",
+        dest="loss_convention",
+        choices=("sum", "mean"),
+        help="a regression target's loss a point: sum over outputs (the benchmark's, default) "
+        "or mean (F.mse_loss: devinterp's step sizes and nbeta give its posterior)",
+    )
     p.add_argument("--sampler", help=f"one of {sorted(samplers.REGISTRY)}")
     p.add_argument("--param", action="append", default=[], metavar="K=V")
     p.add_argument("--chains", type=int)
@@ -557,6 +570,9 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
             device=args.device,
             dtype=args.dtype,
         )
+    elif args.sweep == "checkpoints":
+        base = parse_spec({**spec_from_args(args), "observables": ["llc"]})
+        params, cells = sweep.checkpoint_specs(base, sweep.find_checkpoints(args.checkpoints))
     elif args.sweep == "reprior":
         params, cells = sweep.reprior_specs(
             widths=tuple(int(w) for w in _floats(args.widths, "--widths")),
@@ -650,6 +666,13 @@ def _print_sweep(result: dict, as_json: bool) -> int:
         )
     if result["kind"] == "vi":
         _print_vi_sweep(result)
+    for c in result.get("cells", []) if result["kind"] == "checkpoints" else []:
+        fmt = lambda v, f=".4g": "-" if v is None else format(v, f)  # noqa: E731
+        print(
+            f"step {c['step']:<8} {c['checkpoint']:<24} llc {fmt(c['llc']):<9} +- "
+            f"{fmt(c['se'], '.2g'):<7} train loss {fmt(c['train_loss'])}  {c['status']}"
+            + (f"  {c['verdict']}: {', '.join(c['warnings'])}" if c["warnings"] else "")
+        )
     if "recommended" in result:
         print(f"recommended step size per nbeta: {result['recommended']}")
     return 0
@@ -924,6 +947,18 @@ def main(argv: list[str] | None = None) -> int:
         help="the fits' options (epochs, prior_mean, prior_variance, lambda0, ...)",
     )
     _sweep_flags(k)
+    k = kinds.add_parser(
+        "checkpoints", help="the LLC over training: one LLC estimate per checkpoint of a model"
+    )
+    _add_spec_flags(k)
+    k.add_argument(
+        "--factory", required=True, help="the model: path/to/file.py:make or pkg.mod:make"
+    )
+    k.add_argument(
+        "--checkpoints", required=True, help="a glob of weights files, e.g. 'ckpt/step-*.pt'"
+    )
+    k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
+    k.add_argument("--submit-only", dest="submit_only", action="store_true")
     for name in ("show", "delete"):
         k = kinds.add_parser(name)
         k.add_argument("id")

@@ -534,7 +534,7 @@ def default_step_size(target_name: str, sampler: landscapes.Spec) -> float:
 
 # The DLN starts at its generating point, as the DLN benchmark's runs do: Adam's w0 on 100,000
 # points stops above the minimum the chains then find: lambda-hat came out at -6 to -11.
-W0_DEFAULTS = {"dln": "truth"}
+W0_DEFAULTS = {"dln": "truth", "model": "truth"}  # a model: its own (checkpoint) weights
 
 
 def network_facts(name: str, params: dict) -> dict:

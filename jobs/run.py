@@ -186,6 +186,10 @@ def execute(
     summary["steps_per_second"] = done / seconds if seconds > 0 else 0.0
     summary["sampling_seconds"] = sampling
     summary["compiled"] = compiled  # whether any block ran as a compiled chunk
+    if hasattr(target, "loss_doc"):  # a network's loss in words: which regression convention
+        summary["loss"] = target.loss_doc()
+        if hasattr(target, "describe_modes"):  # a user's model: eval mode, buffers fixed
+            summary["modes"] = target.describe_modes()
     if observers:  # the records after the burn-in, the only ones an estimate uses
         burn = math.ceil(spec.burn_in / spec.thin)
         loss = store.read(run_id, since=burn, names=["loss", "center_loss"])

@@ -310,6 +310,12 @@ class RunSpec(_Model):
                 f"'predictive' needs a classification network (mlp or slp on a classification "
                 f"dataset: digits, moons); {name} with these parameters is {what}",
             )
+        if not facts.n_test:
+            raise _fail(
+                "observables",
+                f"'predictive' evaluates the draws on a test set, and {name} has none (a model's "
+                "factory gives training data only)",
+            )
 
     def _check_reprior(self) -> None:
         """Repriorisation (reference 002) samples the Bayesian posterior of a Gaussian prior and
@@ -490,6 +496,7 @@ class TargetFacts(NamedTuple):
     closed_form: bool  # the full-data loss needs no pass over the points
     classes: int | None = None  # a classification network's classes (None: any other target)
     n_test: int = 0  # test points (networks)
+    trained: bool = False  # w0 is a trained network's weights (a model's): LLCs start there
 
 
 @functools.lru_cache(maxsize=64)
@@ -509,6 +516,7 @@ def _target_facts(name: str, params_json: str) -> TargetFacts:
         f["closed_form"],
         f.get("classes"),  # network facts only
         f.get("n_test", 0),
+        f.get("trained", False),
     )
 
 
@@ -530,11 +538,18 @@ def kernel_of(spec: RunSpec) -> Kernel:
 
 
 def resolve_w0(spec: RunSpec, facts: TargetFacts) -> str:
-    """``llc.w0`` with "auto" resolved: train on data targets, else the target's known point,
-    else an initialisation; a SpecError where the target cannot give the one asked for."""
+    """``llc.w0`` with "auto" resolved: a model's own weights, else train on data targets,
+    else the target's known point, else an initialisation; a SpecError where the target cannot
+    give the one asked for."""
     mode, name = spec.llc.w0, spec.target.name
-    if mode == "auto":
-        mode = "train" if facts.has_data else ("truth" if facts.has_truth else "init")
+    if mode == "auto":  # a model's own weights are its w0: its LLC is measured there
+        mode = (
+            "truth"
+            if facts.trained
+            else "train"
+            if facts.has_data
+            else ("truth" if facts.has_truth else "init")
+        )
     if mode == "truth" and not facts.has_truth:
         raise SpecError("llc.w0", f"{name} has no known truth; use 'train' or 'init'")
     if mode == "train" and not facts.has_data:

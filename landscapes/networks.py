@@ -71,12 +71,26 @@ class Network(Target):
     def criterion(self, out: Tensor, y: Tensor) -> Tensor:
         return self.per_sample(out, y).mean(-1)
 
+    # Regression's loss a point: "sum" of the squared errors over outputs (the benchmark's
+    # L_n), or their "mean" (F.mse_loss, devinterp's): the registry's loss_convention.
+    loss_convention: str = "sum"
+
     def per_sample(self, out: Tensor, y: Tensor) -> Tensor:
-        """[C, B]: each point's loss (cross-entropy, or squared error summed over outputs)."""
+        """[C, B]: each point's loss (cross-entropy, or the squared error over outputs, summed
+        or averaged as ``loss_convention`` says)."""
         if self.task == "classification":
             picked = out.gather(-1, y.expand(out.shape[0], -1)[..., None]).squeeze(-1)
             return torch.logsumexp(out, -1) - picked
-        return ((out - y) ** 2).sum(-1)
+        squared = (out - y) ** 2
+        return squared.mean(-1) if self.loss_convention == "mean" else squared.sum(-1)
+
+    def loss_doc(self) -> str | None:
+        """The loss in words (run summaries and the app say it): None for classification."""
+        if self.task == "classification":
+            return None
+        if self.loss_convention == "mean":
+            return "squared error averaged over outputs and samples (F.mse_loss)"
+        return "squared error summed over outputs, averaged over samples"
 
     def sample_losses(self, w: Tensor, chunk: int = 8192) -> Tensor:
         """[C, n]: each training point's loss at ``w`` (``loss`` is their mean), ``chunk``
@@ -228,6 +242,8 @@ class DeepLinear(Network):
             for weight in layers[1:]:
                 p = weight @ p
         loss = ((p @ sxx) * p).sum((1, 2)) - 2 * (p * sxy.T).sum((1, 2)) + syy
+        if self.loss_convention == "mean":
+            loss = loss / self.widths[-1]
         return loss.to(w.dtype)
 
 
@@ -693,6 +709,8 @@ class MLP(Network):
                     total[start:end] -= torch.mv(logp[:m].view(m, -1), onehot)
                 else:
                     total[start:end] += ((h - y.T) ** 2).sum((1, 2))
+        if self.task == "regression" and self.loss_convention == "mean":
+            total = total / self.sizes[-1]
         return total / self.n
 
     def initial(self, generator: torch.Generator, chains: int) -> Tensor:

@@ -14,6 +14,7 @@ import torch
 from .base import Param, ParamError, Spec, TargetSpec
 from .data import DATASETS
 from .formula import MAX_DIM
+from .model import make_model, model_facts, resolve_checkpoint, resolve_factory
 from .networks import (
     PRIORS,
     SIZE_CLASSES,
@@ -50,9 +51,20 @@ P002 = "002 Hron et al., wide BNNs have a simple weight posterior"
 P004 = "004 VI via resolution of singularities"
 
 SQUARED = (
-    "Loss: squared error summed over outputs, averaged over samples, with no 1/(2 sigma^2) "
-    "factor. The LLC does not depend on that scale, but step sizes do: stable steps scale as "
-    "1 / (nbeta x curvature of L_n), and the Gaussian log-likelihood is n L_n / (2 sigma^2)."
+    "Loss (loss_convention=sum, the benchmark paper's): squared error summed over outputs, "
+    "averaged over samples, with no 1/(2 sigma^2) factor; loss_convention=mean averages over "
+    "outputs too, as torch's F.mse_loss (devinterp's convention: its step sizes and nbeta then "
+    "give its posterior). The LLC does not depend on that scale, but step sizes do: stable "
+    "steps scale as 1 / (nbeta x curvature of L_n), and the Gaussian log-likelihood is "
+    "n L_n / (2 sigma^2)."
+)
+LOSS_CONVENTION = Param(
+    "loss_convention",
+    "choice",
+    "sum",
+    "regression loss per point: sum (squared error summed over outputs, the benchmark's) or "
+    "mean (averaged over outputs: F.mse_loss, devinterp's)",
+    choices=("sum", "mean"),
 )
 
 SEED = Param("seed", "int", 0, "random seed of the generated problem and data", 0, 2**31 - 1)
@@ -343,7 +355,8 @@ SPECS = [
         "Wide Bayesian FCN in the NTK parametrisation: N(0, 1) prior on every entry, "
         "h = sigma_w W h / sqrt(fan_in) + sigma_b b (sigma_w = sqrt 2, sigma_b = 0.1; readout "
         "1 and 0.1), GELU, linear readout; Gaussian likelihood N(f(x), sigma^2), sampled at "
-        "temperature 1 (nbeta = n / (2 sigma^2)). " + SQUARED + " `parametrisation=reprior` "
+        "temperature 1 (nbeta = n / (2 sigma^2)). Loss: squared error summed over outputs, "
+        "averaged over samples. `parametrisation=reprior` "
         "samples phi with theta = T(phi), the readout's Cholesky map (Hron et al. Eq. 3): runs "
         "record theta. Data: synthetic (y = sin(u.x) + noise, x ~ N(0, I), |u| = 1) or digits "
         "(one-hot - 0.1 targets, standardised pixels).",
@@ -393,6 +406,65 @@ SPECS = [
 ]
 
 
+class ModelSpec(Spec):
+    """The ``model`` target's spec: its file paths are made absolute when validated, so a
+    stored run rebuilds the same model from any working directory."""
+
+    def validate(self, params: dict[str, Any]) -> dict[str, Any]:
+        values = super().validate(params)
+        values["factory"] = resolve_factory(values["factory"])
+        values["checkpoint"] = resolve_checkpoint(values["checkpoint"])
+        return values
+
+
+SPECS.append(
+    ModelSpec(
+        "model",
+        "network",
+        "Your torch model: a factory `file.py:make` or `package.module:make` returns "
+        "(module, (inputs, targets), loss); its parameters are sampled from its own weights (or a "
+        "checkpoint's), all chains at once (torch.func.vmap of functional_call), in eval mode "
+        "with buffers held fixed (Dropout off, BatchNorm on its running statistics). Loss: "
+        "cross_entropy (mean over samples), mse (F.mse_loss: the mean over samples and outputs) "
+        "or your callable.",
+        "-",
+        [
+            Param(
+                "factory",
+                "str",
+                "examples.digits_mlp:make",
+                "the factory: path/to/file.py:make or package.module:make",
+            ),
+            Param(
+                "checkpoint",
+                "str",
+                None,
+                "weights for w0: a torch.save state dict (loaded weights-only) or .safetensors "
+                "(empty: the module's weights as built)",
+                optional=True,
+            ),
+        ],
+        make_model,
+    )
+)
+
+
+def _with_loss_convention(spec: Spec) -> Spec:
+    """A regression-capable network's spec that also takes ``loss_convention``."""
+
+    def build(loss_convention: str = "sum", **params: Any):
+        target = spec.build(**params)
+        if target.task == "regression":
+            target.loss_convention = loss_convention
+        return target
+
+    return Spec(spec.name, spec.kind, spec.doc, spec.paper, (*spec.params, LOSS_CONVENTION), build)
+
+
+CONVENTIONS = ("dln", "rrr", "polynomial", "tanh", "mlp", "slp")
+SPECS = [_with_loss_convention(s) if s.name in CONVENTIONS else s for s in SPECS]
+
+
 GRADIENT_NOISE = Param(
     "gradient_noise",
     "float",
@@ -427,6 +499,7 @@ NETWORK_FACTS = {
     "mlp": mlp_facts,
     "ntk-fcn": ntk_facts,
     "slp": lambda dataset, n, seed: mlp_facts(dataset, (), "relu", n, seed, name="slp"),
+    "model": model_facts,
 }
 
 
@@ -459,6 +532,7 @@ def facts(name: str, params: dict[str, Any]) -> dict[str, Any]:
         raise ParamError("target", f"unknown target {name!r}; choose one of {sorted(REGISTRY)}")
     values = REGISTRY[name].validate(params)
     if name in NETWORK_FACTS:
+        values.pop("loss_convention", None)  # a scale of the loss: no size changes with it
         return NETWORK_FACTS[name](**values)
     return dict(_potential_facts(name, json.dumps(values, sort_keys=True)))  # a copy
 
