@@ -73,7 +73,7 @@ class Normalised(nn.Module):
 
 
 def batchnorm_dropout():
-    module, data, loss = small_regression()
+    _, data, loss = small_regression()
     net = _seeded(Normalised)
     with torch.no_grad():  # running statistics a training run would have left
         net.norm.running_mean.copy_(torch.linspace(-0.5, 0.5, 6))
