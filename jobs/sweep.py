@@ -765,7 +765,7 @@ def checkpoint_results(store: Store, sweep: dict) -> dict:
             "train_loss": summary["baseline_loss"] if done else None,
             "nbeta": summary["nbeta"] if done else None,
             "warnings": [w["code"] for w in summary["warnings"]] if done else [],
-            "verdict": (record.summary or {}).get("verdict", {}).get("level") if done else None,
+            "verdict": (record.summary or {}).get("verdict", {}).get("status") if done else None,
             "curve": None,
         }
         if done:
