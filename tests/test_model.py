@@ -288,3 +288,29 @@ def test_sweep_checkpoints_refuses_a_bad_glob_and_a_mismatch_before_queueing(tmp
     assert cli_main([*base, "--checkpoints", str(tmp_path / "none-*.pt")]) == 2
     assert cli_main([*base, "--checkpoints", str(tmp_path / "step-*.pt")]) == 2
     assert Store(tmp_path / "home").list() == []
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [("mlp", {"dataset": "two-clusters", "n": 80}), ("dln", {"widths": (3, 4, 2), "n": 90})],
+)
+def test_loss_convention_mean_is_the_sum_over_outputs_divided_by_their_count(name, params):
+    """ "mean" is F.mse_loss on the network's outputs, on every path that computes the loss:
+    the forward pass, the DLN's closed form from moments and the MLP's plane of a surface."""
+    made = {
+        c: landscapes.make(name, loss_convention=c, device="cpu", dtype="float64", **params)
+        for c in ("sum", "mean")
+    }
+    t = made["mean"]
+    w = 0.5 * torch.randn(3, t.dim, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    out = t.predict(w, t.x)
+    want = torch.stack([F.mse_loss(out[c], t.y) for c in range(3)])
+    torch.testing.assert_close(t.loss(w), want, rtol=1e-12, atol=0)
+    torch.testing.assert_close(t.full_loss(w), want, rtol=1e-10, atol=0)
+    outputs = out.shape[-1]
+    assert outputs > 1 or name == "mlp"
+    torch.testing.assert_close(made["sum"].full_loss(w), outputs * want, rtol=1e-10, atol=0)
+    a, b = torch.tensor([0.0, 0.3, 0.3]), torch.tensor([0.0, 0.0, -0.2])
+    plane = t.plane_loss(w[0], w[1:], a.double(), b.double(), chunk=2)
+    points = w[0] + a.double()[:, None] * w[1] + b.double()[:, None] * w[2]
+    torch.testing.assert_close(plane, t.full_loss(points), rtol=1e-10, atol=0)
