@@ -453,7 +453,9 @@ def test_a_stored_runs_diverged_chains_stay_out_of_its_surface(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(landscapes.REGISTRY))
 def test_every_target_gets_a_surface_centred_on_its_reference(name):
-    target = landscapes.make(name, device="cpu", dtype="float64")
+    # a user's model: a small one (the default digits MLP's 9,610 parameters took 5-17 s here)
+    small = {"factory": "tests/model_factories.py:small_classifier"} if name == "model" else {}
+    target = landscapes.make(name, device="cpu", dtype="float64", **small)
     g = torch.Generator().manual_seed(0)
     start = target.initial(g, 2).numpy()
     steps = np.random.default_rng(0).standard_normal((2, 6, target.dim))
