@@ -12,6 +12,7 @@ from charts.landscape import (
 from charts.llc import (
     calibration_grid,
     chain_traces,
+    checkpoint_llc_figure,
     dln_error_figure,
     llc_figure,
     loss_curve,
@@ -50,6 +51,7 @@ __all__ = [
 __all__ += [
     "calibration_grid",
     "chain_traces",
+    "checkpoint_llc_figure",
     "dln_error_figure",
     "llc_figure",
     "loss_curve",

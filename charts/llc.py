@@ -432,3 +432,109 @@ def order_preservation_figure(metrics: Sequence[Mapping]) -> go.Figure:
         legend={"title": {"text": "sampler"}},
     )
     return _note_when_empty(fig, "No bar yet: the order needs two problems or more")
+
+
+# ---------------------------------------------------------------------------------------------
+# The LLC over training: ``cells`` of ``jobs.sweep.checkpoint_results``.
+
+LOSS_COLOR = "#7f7f7f"
+WARN_COLOR = "#ff9f1c"
+CHECKPOINT_STEP_AXIS = "training step of the checkpoint (linear)"
+TRAIN_LOSS_AXIS = "training loss L_n(w0) (linear)"
+
+
+def _cell_level(cell: Mapping) -> str:
+    """ "fail", "warn" or "good": a cell's verdict, amber too when its LLC warned."""
+    verdict = cell.get("verdict")
+    if verdict == "fail":
+        return "fail"
+    if verdict == "warn" or cell.get("warnings"):
+        return "warn"
+    return "good"
+
+
+def checkpoint_llc_figure(cells: Sequence[Mapping], title: str | None = "LLC over training"):
+    """λ̂ at each checkpoint against its training step, with a ±2 SE band over the finished
+    cells (a cell still running has no point yet), the training loss at each checkpoint on a
+    second y axis; points of cells that warned amber, failed red."""
+    cells = sorted(cells, key=lambda c: (c["step"], c["checkpoint"]))
+    done = [c for c in cells if c.get("llc") is not None and math.isfinite(c["llc"])]
+    step = np.asarray([c["step"] for c in done], dtype=float)
+    llc = np.asarray([c["llc"] for c in done], dtype=float)
+    se = np.asarray([c["se"] if c.get("se") is not None else np.nan for c in done], dtype=float)
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(
+        go.Scatter(
+            x=[*step.tolist(), *step[::-1].tolist()],
+            y=_none(np.concatenate([llc + 2 * se, (llc - 2 * se)[::-1]])),
+            fill="toself",
+            fillcolor=BAND_COLOR,
+            mode="lines",
+            line={"width": 0},
+            name="λ̂ ± 2 SE",
+            hoverinfo="skip",
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=step.tolist(),
+            y=_none(llc),
+            mode="lines+markers",
+            line={"color": PALETTE[0], "width": 2},
+            marker={"color": PALETTE[0], "size": 8},
+            name="λ̂ (mean over chains)",
+            customdata=[[c["checkpoint"], c.get("se")] for c in done],
+            hovertemplate="%{customdata[0]}<br>step %{x}<br>λ̂ %{y:.4g} ± %{customdata[1]:.2g}"
+            "<extra></extra>",
+        ),
+        secondary_y=False,
+    )
+    for level, color, name in (
+        ("warn", WARN_COLOR, "warned (verdict warn or LLC warnings)"),
+        ("fail", FLAG_COLOR, "verdict fail"),
+    ):
+        flagged = [c for c in done if _cell_level(c) == level]
+        if flagged:
+            fig.add_trace(
+                go.Scatter(
+                    x=[float(c["step"]) for c in flagged],
+                    y=[float(c["llc"]) for c in flagged],
+                    mode="markers",
+                    marker={"color": color, "size": 12, "line": {"color": "white", "width": 1}},
+                    name=name,
+                    customdata=[", ".join(c.get("warnings") or []) for c in flagged],
+                    hovertemplate="step %{x}<br>λ̂ %{y:.4g}<br>%{customdata}<extra></extra>",
+                ),
+                secondary_y=False,
+            )
+    lossy = [c for c in cells if c.get("train_loss") is not None]
+    fig.add_trace(
+        go.Scatter(
+            x=[float(c["step"]) for c in lossy],
+            y=_none([c["train_loss"] for c in lossy]),
+            mode="lines+markers",
+            line={"color": LOSS_COLOR, "width": 1.5, "dash": "dot"},
+            marker={"symbol": "square", "size": 7, "color": LOSS_COLOR},
+            name="training loss L_n(w0)",
+            customdata=[c["checkpoint"] for c in lossy],
+            hovertemplate="%{customdata}<br>step %{x}<br>L_n %{y:.4g}<extra></extra>",
+        ),
+        secondary_y=True,
+    )
+    fig.update_layout(title=title, legend=LEGEND)
+    fig.update_xaxes(title_text=CHECKPOINT_STEP_AXIS)
+    fig.update_yaxes(title_text=LLC_AXIS, secondary_y=False)
+    log = bool(lossy) and all(c["train_loss"] > 0 for c in lossy)  # a loss spans decades
+    fig.update_yaxes(
+        title_text=TRAIN_LOSS_AXIS.replace("(linear)", "(log scale)") if log else TRAIN_LOSS_AXIS,
+        type="log" if log else "linear",
+        exponentformat="power",
+        secondary_y=True,
+        showgrid=False,
+        tickmode="auto",
+    )
+    pending = len(cells) - len(done)
+    if not done:
+        return _note_when_empty(fig, f"No checkpoint finished yet ({pending} running or queued)")
+    return fig

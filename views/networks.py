@@ -10,18 +10,23 @@ jobs.vi.results -> charts.vi.
 
 from __future__ import annotations
 
+import math
+import os
+
 import streamlit as st
 
 import charts
 import landscapes
 import samplers
 import ui
+from charts import table
 from charts.table import number
 from jobs import report, vi
 from jobs import sweep as sweeps
 from jobs.spec import SpecError, parse_spec
 from jobs.store import FINAL
 from landscapes import ParamError
+from ui import models
 from ui.live import delete_button, run_choices, watch
 from ui.truths import network_facts
 from ui.widgets import llc_inputs
@@ -30,6 +35,129 @@ NETWORKS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "
 SAMPLERS = [name for name, spec in samplers.REGISTRY.items() if spec.kind == "sgmcmc"]
 MAX_STEP_SIZES, MAX_NBETAS = 8, 6
 MAX_NS = 8  # values of n in one VI scan
+OWN_WEIGHTS = ""  # the checkpoint choice "the module's own weights" (no checkpoint)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model target: a factory the operator put in BASIN_MODELS (listed, never uploaded) and a
+# weights-only checkpoint (uploaded, checked against the module, kept in the store's home).
+
+
+def factory_label(ref: str) -> str:
+    where, _, attr = ref.rpartition(":")
+    directory = models.models_dir()
+    if where.endswith(".py") and directory is not None and where.startswith(f"{directory}/"):
+        return f"{where.removeprefix(f'{directory}/')}:{attr}"
+    return ref
+
+
+def checkpoint_label(path: str, home) -> str:
+    if path == OWN_WEIGHTS:
+        return "the module's own weights (as the factory builds it)"
+    directory = models.models_dir()
+    if str(path).startswith(f"{models.checkpoint_root(home)}/"):
+        return f"{os.path.basename(path)} (uploaded)"
+    if directory is not None and str(path).startswith(f"{directory}/"):
+        return f"{path.removeprefix(f'{directory}/')} (in BASIN_MODELS)"
+    return path
+
+
+def upload_checkpoint(factory: str, choice_key: str) -> None:
+    """The uploader: a new file is checked once (``models.accept_checkpoint``) and, kept,
+    becomes the checkpoint chosen; its outcome shows while the file stays in the uploader."""
+    cap = models.MAX_CHECKPOINT_BYTES
+    upload = st.file_uploader(
+        "Upload a checkpoint (weights only)",
+        type=list(models.UPLOAD_TYPES),
+        key="net.model.upload",
+        max_upload_size=max(1, math.ceil(cap / 2**20)),
+        help=f"A state dict saved with torch.save (read weights-only: a pickle that would run "
+        f"code is refused) or .safetensors, at most {models.size_text(cap)}. It is checked "
+        "against the factory's module (every tensor's name and shape) before it is kept.",
+    )
+    if upload is None:
+        return
+    outcomes = st.session_state.setdefault("net.model.uploads", {})
+    key = f"{upload.file_id}:{factory}"
+    if key not in outcomes:
+        try:
+            path = models.accept_checkpoint(upload.getvalue(), upload.name, factory, store.home)
+        except ParamError as exc:
+            outcomes[key] = ("refused", exc.field, str(exc).removeprefix(f"{exc.field}: "))
+        else:
+            outcomes[key] = ("kept", path)
+            st.session_state[choice_key] = path
+            chosen = f"ckpt.chosen.{factory}"  # the LLC over training's choice takes it too
+            if chosen in st.session_state and path not in st.session_state[chosen]:
+                st.session_state[chosen] = models.by_step([*st.session_state[chosen], path])
+    outcome = outcomes[key]
+    if outcome[0] == "kept":
+        st.success(
+            f"Kept {ui.plain(os.path.basename(outcome[1]))}: weights only, and every tensor "
+            "matches the module's.",
+            icon=ui.DONE,
+        )
+    else:
+        ui.spec_error(ParamError(outcome[1], outcome[2] + "; nothing was kept or queued"))
+
+
+def model_inputs(spec) -> dict | None:
+    """The model target's params: a listed factory and a checkpoint (or the module's own
+    weights); None after showing what is wrong."""
+    offered = models.factories()
+    directory = models.models_dir()
+    if directory is None:
+        st.caption(
+            "Factories: the bundled example only. To offer your own, start the app with "
+            "`BASIN_MODELS=/path/to/dir`: every top-level `make` or `make_*` function of the "
+            "`.py` files in it is listed (found by parsing, not importing), and checkpoint files "
+            "under it (.pt, .pth, .safetensors) are offered below. Uploaded code is never run."
+        )
+    if not offered:
+        st.error(
+            f"**model.factory**: no `make` or `make_*` function in the .py files of "
+            f"{ui.plain(str(directory))} (BASIN_MODELS)",
+            icon=ui.WARNING,
+        )
+        return None
+    factory = st.selectbox(
+        "factory",
+        offered,
+        format_func=factory_label,
+        key=ui.kept("net.model.factory"),
+        help="A function of no arguments returning (module, (inputs, targets), loss).",
+    )
+    choice_key = ui.kept(f"net.model.checkpoint.{factory}")
+    upload_checkpoint(factory, choice_key)
+    choices = [OWN_WEIGHTS, *models.checkpoint_choices(store.home, factory)]
+    if st.session_state.get(choice_key) not in choices:
+        st.session_state.pop(choice_key, None)
+    checkpoint = st.selectbox(
+        "checkpoint (w0)",
+        choices,
+        format_func=lambda p: checkpoint_label(p, store.home),
+        key=choice_key,
+        help="The weights the chains start from and are localised at: the LLC is measured there.",
+    )
+    try:
+        return spec.validate({"factory": factory, "checkpoint": checkpoint or None})
+    except ParamError as exc:
+        ui.spec_error(exc)
+        return None
+
+
+def loss_caption(name: str, params: dict, facts: dict) -> None:
+    """The loss in words under the network: the convention chosen for a regression network,
+    the factory's loss and what eval mode does for a model."""
+    if name == "model":
+        try:
+            described = models.describe_model(params["factory"])
+        except ParamError:
+            return  # said above, under the facts
+        st.caption(f"{described['loss']}. Modes: {described['modes']}.")
+    elif "loss_convention" in params:
+        task = "classification" if facts.get("classes") else "regression"
+        st.caption(models.loss_text(task, params["loss_convention"]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -47,8 +175,12 @@ left, right = st.columns(2)
 with left:
     target_name = st.selectbox("Network", NETWORKS, key=ui.kept("net.target_name"))
     target_spec = landscapes.REGISTRY[target_name]
-    st.caption(f"{target_spec.doc} — *{target_spec.paper}*")
-    target_params = ui.param_inputs(target_spec, key="net.target")
+    paper = f" — *{target_spec.paper}*" if target_spec.paper != "-" else ""
+    st.caption(f"{target_spec.doc}{paper}")
+    if target_name == "model":
+        target_params = model_inputs(target_spec)
+    else:
+        target_params = ui.param_inputs(target_spec, key="net.target")
     facts = None
     if target_params is not None:
         facts = network_facts({"name": target_name, "params": target_params})
@@ -62,6 +194,7 @@ with left:
                 f"default nβ = n / log n = {facts['nbeta']:.4g}, "
                 + (f"true λ = {true:g}" if true is not None else "true λ unknown")
             )
+            loss_caption(target_name, target_params, facts)
     # Each network keeps its own settings (keys name it), so its defaults show when picked.
     truth = None if facts is None else facts["truth"]
     w0_default = report.W0_DEFAULTS.get(target_name)
@@ -282,10 +415,39 @@ def live_vi(sweep_id: str) -> None:
     st.dataframe(report.vi_rows(result["cells"]), hide_index=True, key=f"vi.table.{sweep_id}")
 
 
-# ---------------------------------------------------------------------------------------------
-# The three views.
+def live_checkpoints(sweep_id: str) -> None:
+    try:
+        store.get_sweep(sweep_id)
+    except KeyError:
+        st.info("This sweep was deleted.")
+        return
+    result = sweeps.results(store, sweep_id)
+    progress = result["progress"]
+    ui.stop_polling("ckpt.polling", sweep_id, progress["done"] == progress["runs"])
+    ui.sweep_progress(progress)
+    cells = result["cells"]
+    st.plotly_chart(charts.checkpoint_llc_figure(cells), key=f"ckpt.figure.{sweep_id}")
+    rows, flags = models.checkpoint_rows(cells)
+    if rows:
+        st.dataframe(
+            table.highlighted(rows, flags),
+            hide_index=True,
+            key=f"ckpt.table.{sweep_id}",
+        )
+    if any(flags):
+        st.caption(
+            "Amber: the run's verdict is warn or its LLC warned (the code in warnings); red: "
+            "its verdict is fail. Each run's page on the LLC (sampling) tab or Runs says why."
+        )
 
-estimate_tab, calibrate_tab, vi_tab = st.tabs(["LLC (sampling)", "Calibrate", "Free energy (VI)"])
+
+# ---------------------------------------------------------------------------------------------
+# The views.
+
+names = ["LLC (sampling)", "Calibrate", "Free energy (VI)"]
+if target_name == "model":
+    names.append("LLC over training")
+estimate_tab, calibrate_tab, vi_tab, *more = st.tabs(names)
 
 with estimate_tab:
     if st.button("Run", type="primary", key="net.run"):
@@ -390,8 +552,14 @@ with vi_tab:
         "Adam: 1e-3 for the flow and k, 1e-1 for λ and β; minibatches of n/10, 5 draws a "
         "step; the final Ψ from 100 draws with the analytic entropy."
     )
-    ns = ui.parse_grid(ns_text, target_spec.param("n"), "ns", MAX_NS, "vi")
-    if st.button("Run the n-scan", type="primary", key="vi.run"):
+    sized = any(p.name == "n" for p in target_spec.params)  # a model's data is its factory's
+    ns = ui.parse_grid(ns_text, target_spec.param("n"), "ns", MAX_NS, "vi") if sized else None
+    if not sized:
+        st.info(
+            f"The n-scan takes the first n points of a dataset it generates; {target_name} has "
+            "no n (its data is the factory's): pick another network for it."
+        )
+    if st.button("Run the n-scan", type="primary", key="vi.run", disabled=not sized):
         if target_params is None or ns is None:
             st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
         else:
@@ -452,6 +620,64 @@ fluctuations move each point by about a nat: the exact −log Z̄'s own slope (w
 how far a perfect fit would be from λ on this data. A fit still rising at its last epochs, a
 diverged fit, or a slope below λ by more than 2 SE are flagged above.
 """
+        )
+
+if more:
+    with more[0]:
+        st.markdown(
+            "The setup above (sampler, chains, steps, nβ) at each checkpoint of a training "
+            "run, one LLC run per checkpoint with w0 = its weights and the same seed, so the "
+            "cells differ only in w0: λ̂ against the training step as the runs finish, with "
+            "the training loss at each checkpoint."
+        )
+        factory = target_params["factory"] if target_params else None
+        offered = [] if factory is None else models.checkpoint_choices(store.home, factory)
+        chosen = st.multiselect(
+            "checkpoints",
+            offered,
+            default=offered,
+            format_func=lambda p: checkpoint_label(p, store.home),
+            key=f"ckpt.chosen.{factory}",
+            help="Uploaded above, or found under BASIN_MODELS; run in the order of the step in "
+            "their file names.",
+        )
+        if not offered:
+            st.info(
+                "No checkpoints for this factory yet: upload some above (or put them under "
+                "BASIN_MODELS)."
+            )
+        if st.button("Run over training", type="primary", key="ckpt.run"):
+            if not ready:
+                st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
+            elif not chosen:
+                st.error(
+                    "**checkpoints**: choose one or more; nothing was queued.", icon=ui.WARNING
+                )
+            else:
+                try:
+                    base = parse_spec({**spec, "observables": ["llc"]})
+                    params, cells = sweeps.checkpoint_specs(base, models.by_step(chosen))
+                    sweep_id = sweeps.submit(store, "checkpoints", params, cells)
+                except (SpecError, ParamError) as exc:
+                    ui.spec_error(exc)
+                else:
+                    ui.ensure_pool()
+                    st.session_state["ckpt.shown"] = sweep_id
+        over_training = {s["id"]: s for s in store.list_sweeps() if s["kind"] == "checkpoints"}
+        watch(
+            "ckpt",
+            "Sweep",
+            {
+                i: f"{i} · {s['spec']['base']['sampler']['name']} · "
+                f"{len(s['cells'])} checkpoints · "
+                f"{factory_label(s['spec']['base']['target']['params']['factory'])}"
+                for i, s in over_training.items()
+            },
+            "No LLC-over-training sweeps yet.",
+            live_checkpoints,
+            lambda i: report.sweep_done(store, over_training[i]),
+            2.0,
+            aside=delete_button("Delete this sweep", "ckpt.delete", store.delete_sweep),
         )
 
 with st.expander("What is shown here"):
