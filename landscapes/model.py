@@ -30,6 +30,8 @@ import importlib
 import importlib.util
 import math
 import os
+import pickle
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -153,12 +155,20 @@ def load_weights(path: str | os.PathLike) -> dict[str, Tensor]:
             state = load_file(str(path), device="cpu")
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # UnpicklingError (code in the pickle), a corrupt file, ...
+    except pickle.UnpicklingError as exc:  # a global beyond tensors: code it would have run
+        called = re.search(r"GLOBAL (\S+)", str(exc))
         raise ParamError(
             field,
-            f"{path.name} is not a weights-only checkpoint (a state dict of tensors, saved "
-            f"with torch.save or safetensors); refused: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}",
+            f"{path.name} is not a weights-only checkpoint: its pickle calls code beyond tensors "
+            f"and containers ({called.group(1) if called else 'a global'}); refused, and none "
+            "of it was run",
+        ) from None
+    except Exception as exc:  # a corrupt or foreign file
+        first = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().split("\n")[0]
+        raise ParamError(
+            field,
+            f"{path.name} is not a weights-only checkpoint (a state dict of tensors, saved with "
+            f"torch.save or safetensors); refused: {type(exc).__name__}: {first}",
         ) from None
     for key in ("state_dict", "model_state_dict"):
         if isinstance(state, Mapping) and isinstance(state.get(key), Mapping):

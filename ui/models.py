@@ -135,20 +135,6 @@ def checkpoint_choices(home: str | os.PathLike, factory: str) -> list[str]:
     return by_step(dict.fromkeys([*kept_checkpoints(home, factory), *found_checkpoints()]))
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-UNPICKLING = re.compile(r"refused: UnpicklingError: .*", re.DOTALL)
-
-
-def plain_refusal(message: str) -> str:
-    """A refusal for the page: no terminal colour codes, and for a pickle that would run code
-    no torch advice on how to load it anyway (the app never will)."""
-    return UNPICKLING.sub(
-        "refused: its pickle calls code beyond tensors and containers (UnpicklingError under "
-        "weights-only loading), and none of it was run",
-        ANSI.sub("", message),
-    )
-
-
 def size_text(n: int) -> str:
     return f"{n / 2**20:.3g} MB" if n >= 2**20 else f"{n / 2**10:.3g} kB" if n >= 1024 else f"{n} B"
 
@@ -185,7 +171,7 @@ def accept_checkpoint(
             apply_weights(module, state, shown)
         except ParamError as exc:
             message = str(exc).removeprefix(f"{exc.field}: ").replace(temp.name, shown)
-            raise ParamError(exc.field, plain_refusal(message)) from None
+            raise ParamError(exc.field, message) from None
         except Exception as exc:  # a tensor that cannot become the module's (dtype, ...)
             raise ParamError(FIELD, f"{shown} does not load: {type(exc).__name__}: {exc}") from None
         folder = checkpoint_dir(home, factory)
