@@ -27,6 +27,23 @@ def method(spec: Mapping) -> str:
     return str((spec.get("sampler") or {}).get("name", "?"))
 
 
+def target(spec: Mapping) -> str:
+    """What a run samples, in a word or three: the target's name, and for a user's model its
+    factory and checkpoint files ("model · digits_mlp:make @ step-00100.pt")."""
+    part = spec.get("target") or {}
+    name, params = str(part.get("name", "?")), part.get("params") or {}
+    if name != "model" or not params.get("factory"):
+        return name
+    where, _, function = str(params["factory"]).rpartition(":")
+    label = f"{name} · {where.rpartition('/')[2].removesuffix('.py')}:{function}"
+    checkpoint = params.get("checkpoint")
+    return (
+        f"{label} @ {str(checkpoint).replace(chr(92), '/').rpartition('/')[2]}"
+        if checkpoint
+        else label
+    )
+
+
 def run_row(run: Mapping) -> dict:
     """One run as a table row: what it samples, how far it got, when it was created (local)."""
     spec, progress = run.get("spec") or {}, run.get("progress") or {}
@@ -40,7 +57,7 @@ def run_row(run: Mapping) -> dict:
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("created") or 0))
     return {
         "id": run.get("id"),
-        "target": (spec.get("target") or {}).get("name"),
+        "target": target(spec),
         "sampler": method(spec),
         "chains": None if spec.get("kind") == "vi" else spec.get("chains"),
         "steps": total if spec.get("kind") == "vi" else spec.get("steps"),  # a fit's: epochs

@@ -62,3 +62,13 @@ def test_clean_cells_draw_no_flag_markers_and_a_zero_loss_stays_linear():
 def test_no_finished_cell_says_so():
     fig = checkpoint_llc_figure([cell(0, None, None, None, status="queued", verdict=None)])
     assert "No checkpoint finished yet (1 running or queued)" in fig.layout.annotations[0].text
+
+
+def test_a_model_run_is_named_by_its_factory_and_checkpoint_files():
+    from charts import table
+
+    spec = {"name": "model", "params": {"factory": "/m/digits_mlp.py:make"}}
+    assert table.target({"target": spec}) == "model · digits_mlp:make"
+    spec["params"]["checkpoint"] = "/m/ckpt/step-00100.pt"
+    assert table.target({"target": spec}) == "model · digits_mlp:make @ step-00100.pt"
+    assert table.target({"target": {"name": "dln", "params": {"seed": 3}}}) == "dln"

@@ -101,14 +101,14 @@ def run_label(record: RunRecord) -> str:
     """A run in a selectbox or multiselect: id, target and sampler. No status: the browser
     matches a selection on its label, so a run that finished or was cancelled while chosen
     was dropped from the choice (the Runs page closed it under the user's eyes)."""
-    return f"{record.id} · {record.spec['target']['name']} / {table.method(record.spec)}"
+    return f"{record.id} · {table.target(record.spec)} / {table.method(record.spec)}"
 
 
 def run_choices(records) -> dict[str, str]:
     """Runs for ``watch``: id -> id, target, sampler, chains x steps. No status, as in
     ``run_label``: a selectbox keeps its first label, so it would stay "queued"."""
     return {
-        r.id: f"{r.id} · {r.spec['target']['name']} · {table.method(r.spec)} · "
+        r.id: f"{r.id} · {table.target(r.spec)} · {table.method(r.spec)} · "
         + (
             f"{r.spec['vi']['epochs']} epochs"
             if r.spec.get("kind") == "vi"

@@ -192,7 +192,7 @@ def details(record) -> None:
     """One opened run: progress, outcome, key numbers, spec and summary, actions."""
     spec = record.spec
     with st.container(border=True):
-        st.subheader(ui.plain(f"{record.id}: {spec['target']['name']} / {table.method(spec)}"))
+        st.subheader(ui.plain(f"{record.id}: {table.target(spec)} / {table.method(spec)}"))
         ui.progress_bar(record)
         ui.run_status(record)
         if record.summary:
