@@ -516,7 +516,9 @@ SAMPLER_DEFAULTS = {"step_size": 1e-5, "localization": 1.0}
 # tanh's barely move (0.04 of 0.25, 0.36 of 1). SGHMC and SGNHT land near the truth at the same
 # steps, except SGHMC on the polynomial, where 1 and 2 of the 4 chains diverged (seeds 0, 1; the
 # page says so).
-STEP_SIZES = {"dln": 1e-7, "rrr": 1e-4, "polynomial": 1e-3, "tanh": 1e-3}
+# model: a start for a user's network (the digits MLP's checkpoints read a flat, finite curve at
+# 1e-5, examples/train_digits.py); the Calibrate tab checks it for any other model
+STEP_SIZES = {"dln": 1e-7, "rrr": 1e-4, "polynomial": 1e-3, "tanh": 1e-3, "model": 1e-5}
 
 
 def default_step_size(target_name: str, sampler: landscapes.Spec) -> float:
