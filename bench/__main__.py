@@ -5,7 +5,7 @@
                            [--chains 64,4096] [--no-record]
     python -m bench jobs [--repeats 5] [--thin 1,10] [--quick] [--no-record]
     python -m bench setup-devinterp         # bench/.devinterp-venv with devinterp 1.3.2
-    python -m bench llc [--repeats 5] [--quick] [--no-record]
+    python -m bench llc [--repeats 5] [--quick] [--no-record] [--cases module,...]
     python -m bench surface [--repeats 5] [--quick] [--no-record]
     python -m bench app [--repeats 5] [--quick] [--no-record]
     python -m bench faults [--no-record]    # issue 38's bad inputs and faults: the census
@@ -251,39 +251,92 @@ def jobs(args: argparse.Namespace) -> None:
 def llc_bench(args: argparse.Namespace) -> None:
     from . import llc as bench_llc  # imports torch
 
-    results = bench_llc.run(args.repeats, args.quick)
+    cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
+    unknown = sorted(set(cases) - set(bench_llc.CASES))
+    if unknown:
+        raise SystemExit(f"--cases: unknown {unknown}; choose from {list(bench_llc.CASES)}")
+    results = bench_llc.run(args.repeats, args.quick, cases)
     if args.no_record or args.quick:
         return
     stamp = now()
     rows = []
-    for name in ("normal-crossing", "dln"):
+    for name in ("normal-crossing", "dln", "module"):
+        if name not in results:
+            continue
         r = results[name]
         peer = r["devinterp"] or {}
         peer_s = peer.get("seconds")
         peer_llc = f"{fmt(peer['llc_mean'], 4)} +- {fmt(peer['llc_std'], 2)}" if peer else "-"
         if peer.get("llc_mean_full_init") is not None:
             peer_llc += f" (full-data baseline: {fmt(peer['llc_mean_full_init'], 4)})"
+        true = "-" if r["true"] is None else f"{r['true']:g}"
         for path in bench_llc.PATHS:  # one row per path: eager, then compiled chunks
             b, cold = r["basin"][path], r["basin_cold_s"][path]
             warm = statistics.median(r["basin_warm_s"][path])
             steps = "compiled" if b["compiled"] else "eager"
             rows.append(
-                f"| {name} | {r['true']:g} | {fmt(b['mean'], 4)} +- {fmt(b['std'], 2)} | "
+                f"| {name} | {true} | {fmt(b['mean'], 4)} +- {fmt(b['std'], 2)} | "
                 f"{steps} | {peer_llc} | {cold:.2f} | {warm:.3f} | {fmt(peer_s, 4)} | "
                 f"{fmt(peer_s / cold if peer_s else None)} | "
                 f"{fmt(peer_s / warm if peer_s else None)} |"
             )
-    cost = results["step_cost"]
-    nc = results["normal-crossing"]
-    errors = [m - nc["true"] for m in nc["seeds"]]
-    peer_error = (nc["devinterp"] or {}).get("llc_mean", math.nan) - nc["true"]
-    seeds = (
-        f"Accuracy on normal-crossing, where one estimate's error is mostly its own noise: "
-        f"Basin with {len(errors)} more seeds (same data) reads "
-        f"{statistics.mean(nc['seeds']):.4f} on average, SD {statistics.stdev(nc['seeds']):.4f}"
-        f" between seeds, RMS error {math.sqrt(statistics.mean(e * e for e in errors)):.4f}; "
-        f"devinterp's one run is off by {peer_error:+.4f}."
-    )
+    notes = []
+    if "normal-crossing" in results:
+        nc = results["normal-crossing"]
+        errors = [m - nc["true"] for m in nc["seeds"]]
+        peer_error = (nc["devinterp"] or {}).get("llc_mean", math.nan) - nc["true"]
+        notes += [
+            f"Accuracy on normal-crossing, where one estimate's error is mostly its own noise: "
+            f"Basin with {len(errors)} more seeds (same data) reads "
+            f"{statistics.mean(nc['seeds']):.4f} on average, SD "
+            f"{statistics.stdev(nc['seeds']):.4f} between seeds, RMS error "
+            f"{math.sqrt(statistics.mean(e * e for e in errors)):.4f}; "
+            f"devinterp's one run is off by {peer_error:+.4f}.",
+            "",
+        ]
+    if "module" in results:
+        r = results["module"]
+        peer = r["devinterp"] or {}
+        peer_full = peer.get("llc_per_chain_full_init") or []
+        peer_se = statistics.stdev(peer_full) / math.sqrt(len(peer_full)) if peer_full else None
+        parts = []
+        for path in bench_llc.PATHS:
+            b = r["basin"][path]
+            se = b["se"]
+            if peer_se is not None:
+                gap = b["mean"] - peer["llc_mean_full_init"]
+                combined = math.sqrt(se * se + peer_se * peer_se)
+                parts.append(
+                    f"{path} {fmt(b['mean'], 4)} (SE {fmt(se, 2)}) - devinterp "
+                    f"{fmt(peer['llc_mean_full_init'], 4)} (SE {fmt(peer_se, 2)}) = "
+                    f"{gap:+.3g}, {abs(gap) / combined:.2f} combined SE"
+                )
+        notes += [
+            f"module: the digits MLP of examples/digits_mlp.py as a user's nn.Module "
+            f"({peer.get('params', '?')} parameters), w0 = examples.train_digits.train after "
+            f"{bench_llc.MODULE_TRAIN_STEPS} SGD steps (seed 0); SGLD lr "
+            f"{bench_llc.MODULE_STEP:g}, localization 1, nbeta = n / log n = "
+            f"{fmt(peer.get('nbeta'), 4)} on both sides, batch 128, "
+            f"{peer.get('chains', '?')} chains x {peer.get('draws', '?')} draws, no burn-in. "
+            f"devinterp's own baseline is {peer.get('init_loss_batches', '?')} minibatches "
+            f"(init_loss {fmt(peer.get('init_loss'), 5)} against the full data's "
+            f"{fmt(peer.get('init_loss_full'), 5)}); Basin against devinterp's full-data-baseline "
+            f"variant, SE = SD over chains / sqrt(chains): " + "; ".join(parts) + ".",
+            "",
+        ]
+    if "step_cost" in results:
+        cost = results["step_cost"]
+        notes += [
+            f"100K-class DLN (widths {cost['widths']}, d = {cost['dim']}), one chain, batch 500, "
+            f"{cost['steps']} steps a timing (whole noise blocks), ms per step: "
+            f"bare forward + backward {cost['bare'] * 1e3:.2f}, Basin SGLD eager "
+            f"{cost['eager'] * 1e3:.2f} ({cost['eager'] / cost['bare']:.2f}x), compiled "
+            f"{cost['compiled'] * 1e3:.2f} ({cost['compiled'] / cost['bare']:.2f}x); compiled "
+            f"and paired with w0's batch loss as LLC runs are, "
+            f"{cost['compiled_paired'] * 1e3:.2f} "
+            f"({cost['compiled_paired'] / cost['bare']:.2f}x).",
+            "",
+        ]
     block = [
         "",
         f"## {stamp}: LLC, Basin vs devinterp 1.3.2",
@@ -294,7 +347,7 @@ def llc_bench(args: argparse.Namespace) -> None:
         "run per case (its "
         "estimator call). LLC: mean +- SD over chains. Goal (issue 5): devinterp / Basin >= 200 "
         "on normal-crossing at equal or better accuracy; 100K-class DLN step <= 1.2 x a bare "
-        "forward + backward.",
+        "forward + backward; module: agreement within the combined SE, devinterp / Basin >= 10.",
         "",
         machine(f"torch {__import__('torch').__version__}, float32"),
         "",
@@ -303,16 +356,7 @@ def llc_bench(args: argparse.Namespace) -> None:
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
-        seeds,
-        "",
-        f"100K-class DLN (widths {cost['widths']}, d = {cost['dim']}), one chain, batch 500, "
-        f"{cost['steps']} steps a timing (whole noise blocks), ms per step: "
-        f"bare forward + backward {cost['bare'] * 1e3:.2f}, Basin SGLD eager "
-        f"{cost['eager'] * 1e3:.2f} ({cost['eager'] / cost['bare']:.2f}x), compiled "
-        f"{cost['compiled'] * 1e3:.2f} ({cost['compiled'] / cost['bare']:.2f}x); compiled and "
-        f"paired with w0's batch loss as LLC runs are, "
-        f"{cost['compiled_paired'] * 1e3:.2f} ({cost['compiled_paired'] / cost['bare']:.2f}x).",
-        "",
+        *notes,
     ]
     record(block)
 
@@ -718,6 +762,11 @@ def main() -> None:
     llc.add_argument("--repeats", type=int, default=5)
     llc.add_argument("--quick", action="store_true", help="500 steps, nothing recorded")
     llc.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    llc.add_argument(
+        "--cases",
+        default="normal-crossing,dln,module,step-cost",
+        help="comma-separated: normal-crossing, dln, module, step-cost (default all)",
+    )
     surface = sub.add_parser("surface", help="batched surfaces vs per-point loops; a large PCA")
     surface.add_argument("--repeats", type=int, default=5)
     surface.add_argument("--quick", action="store_true", help="one repeat, nothing recorded")

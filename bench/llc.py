@@ -6,6 +6,14 @@
 (b) a small DLN, widths 5,4,3,4 with a rank-2 product (true LLC 8), n = 10000, batch 500, SGLD
     lr 1e-6, localization 1, 4 chains x 5000 steps from the generating point; both sides get the
     same weights and data (written to .npz for the peer).
+(m) "module": a user's nn.Module, the digits MLP of examples/digits_mlp.py (64-128-10, 9,610
+    parameters, cross-entropy, n = 1437), trained by examples.train_digits.train for
+    MODULE_TRAIN_STEPS SGD steps into a temporary directory; both sides load that state dict
+    (Basin: ``landscapes.make("model", factory="examples.digits_mlp:make", checkpoint=...)`` in
+    float32; devinterp: the same architecture in plain torch, data from .npz). SGLD lr
+    MODULE_STEP, localization 1, nbeta = n / log n passed to both, batch 128, 4 chains x 2000
+    draws, no burn-in. devinterp's own baseline is 4 minibatches of 128: compare Basin with its
+    ``llc_mean_full_init``.
 (c) per-step cost on a 100K-class DLN (one chain, batch 500): Basin's SGLD step against a bare
     forward + backward pass of the same batch in plain torch, the floor for a gradient sampler.
 
@@ -22,6 +30,7 @@ minutes a run, repeats would take longer than the machine's patience.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import tempfile
@@ -39,6 +48,10 @@ from samplers.compiled import compile_problem
 BENCH = Path(__file__).resolve().parent
 PEER_PYTHON = BENCH / ".devinterp-venv" / "bin" / "python"
 SEEDS = 10  # Basin's normal-crossing estimate again with these many other seeds (same data)
+CASES = ("normal-crossing", "dln", "module", "step-cost")
+MODULE_TRAIN_STEPS = 1000  # examples.train_digits.train: SGD + momentum, batches of 64, seed 0
+MODULE_STEP = 1e-5  # SGLD step size of the module case, both sides
+MODULE_DRAWS = 2000
 
 
 PATHS = ("eager", "compiled")
@@ -100,6 +113,38 @@ def small_dln(chains: int, steps: int, workdir: Path):
     peer = ["dln", "--chains", str(chains), "--draws", str(steps), "--lr", "1e-6"]
     peer += ["--w0-file", str(workdir / "w0.npz"), "--data-file", str(workdir / "data.npz")]
     return go, peer, target.true_llc[0]
+
+
+def digits_module(chains: int, steps: int, workdir: Path):
+    """The digits MLP as a user's model at a trained w0 (module doc, case m)."""
+    import contextlib
+    import io
+
+    from examples.digits_mlp import data
+    from examples.train_digits import train
+
+    with contextlib.redirect_stdout(io.StringIO()):  # its progress lines are not the bench's
+        checkpoint = train(workdir / "digits", MODULE_TRAIN_STEPS, seed=0)[-1]
+    x, y = data()
+    np.savez(workdir / "digits.npz", x=x.numpy(), y=y.numpy())
+    n = len(x)
+
+    def make():
+        return landscapes.make(
+            "model",
+            factory="examples.digits_mlp:make",
+            checkpoint=str(checkpoint),
+            device="cpu",
+            dtype="float32",
+        )
+
+    nbeta = n / math.log(n)
+    params = {"step_size": MODULE_STEP, "batch_size": 128, "localization": 1.0, "nbeta": nbeta}
+    go = estimator(make, "sgld", chains, steps, **params)
+    peer = ["module", "--chains", str(chains), "--draws", str(steps), "--lr", str(MODULE_STEP)]
+    peer += ["--batch-size", "128", "--weights-file", str(checkpoint)]
+    peer += ["--data-file", str(workdir / "digits.npz")]
+    return go, peer, None
 
 
 def peer(args: list[str]) -> dict | None:
@@ -170,14 +215,19 @@ def step_cost(repeats: int, blocks: int = 2) -> dict:
     return out
 
 
-def run(repeats: int, quick: bool) -> dict:
+def run(repeats: int, quick: bool, cases: tuple[str, ...] = CASES) -> dict:
     steps = 500 if quick else 5000
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (go, peer_args, true) in {
-            "normal-crossing": normal_crossing(10, steps),
-            "dln": small_dln(4, steps, Path(tmp)),
-        }.items():
+        makers = {
+            "normal-crossing": lambda: normal_crossing(10, steps),
+            "dln": lambda: small_dln(4, steps, Path(tmp)),
+            "module": lambda: digits_module(4, 500 if quick else MODULE_DRAWS, Path(tmp)),
+        }
+        for name, build in makers.items():
+            if name not in cases:
+                continue
+            go, peer_args, true = build()
             r = {"true": true, "basin": {}, "basin_cold_s": {}, "basin_warm_s": {}}
             for path in PATHS:
                 r["basin_cold_s"][path], r["basin"][path] = go(compiled=path == "compiled")
@@ -190,6 +240,7 @@ def run(repeats: int, quick: bool) -> dict:
                 r["seeds"] = [go(seed, True)[1]["mean"] for seed in range(1, SEEDS + 1)]
             results[name] = r
             print(json.dumps({name: r}), flush=True)
-    results["step_cost"] = step_cost(repeats)
-    print(json.dumps({"step_cost": results["step_cost"]}), flush=True)
+    if "step-cost" in cases:
+        results["step_cost"] = step_cost(repeats)
+        print(json.dumps({"step_cost": results["step_cost"]}), flush=True)
     return results

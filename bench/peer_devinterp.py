@@ -5,6 +5,9 @@ Runs in its own virtualenv, bench/.devinterp-venv (``setup_devinterp()`` below, 
 
     bench/.devinterp-venv/bin/python -m bench.peer_devinterp normal-crossing [--draws 5000]
     bench/.devinterp-venv/bin/python -m bench.peer_devinterp dln --w0-file W.npz --data-file D.npz
+    bench/.devinterp-venv/bin/python -m bench.peer_devinterp module --weights-file W.pt \
+        --data-file D.npz
+    bench/.devinterp-venv/bin/python -m bench.peer_devinterp rrr --mhn 4,3,8
 
 and prints ONE JSON line on stdout (devinterp's warnings are silenced; ``--warnings`` sends them
 to stderr). It imports none of the
@@ -75,6 +78,25 @@ loss-Hessian eigenvalue of ~281, so plain gradient steps are stable below lr ~ 4
 1.3e-5; 1e-6 is ~8% of that). With 4 batches of 500 the baseline L_B(w_init) has a sampling error
 of about sd(per-sample loss) / sqrt(2000) ~ 0.016, i.e. ~17 in LLC units at nbeta ~ 1086: compare
 ``llc_mean_full_init`` too.
+
+Case ``module``: a user's nn.Module, the digits MLP of examples/digits_mlp.py (Linear(64, 128),
+ReLU, Linear(128, 10), parameter names layers.0 / layers.1) rebuilt here in plain torch, its
+weights the state dict ``--weights-file`` (torch.load(weights_only=True)), data ``--data-file``
+(x [n, 64] float32, y [n] int64), loss F.cross_entropy (mean over the minibatch), SGLD lr 1e-5,
+localization 1, nbeta = n / log n, batch 128 (shuffled), 4 chains x 2000 draws, no burn-in.
+init_loss is 4 minibatches of 128 (512 of the 1437 points): compare ``llc_mean_full_init``.
+
+Case ``rrr``: devinterp's tests/slt/rrr_test.py::test_accuracy_rrr, (m, h, n) from ``--mhn``:
+torch.manual_seed(42), np.random.seed(42); x = torch.randn(1000, m); y = torch.randn(1000, n);
+then ``devinterp.test_utils.ReducedRankRegressor(m, h, n)`` (fc1, fc2, no bias) built from the
+RNG where the data left it (as the test does), Adam lr 0.01 for 5000 full-batch steps on
+F.mse_loss; SGLD lr 6e-4, localization 1, nbeta = default_nbeta(loader) = 1000 / log 1000,
+full batch, 3 chains x 2000 draws, seed 42, loss evaluate_mse, init_loss from
+get_init_loss_multi_batch (one batch: the full data). The repository's versions of the test
+differ: the one at d59dafd samples 10 chains at lr 0.0006 with LLCEstimator's default nbeta;
+the one at 08b560b samples 3 chains at lr 0.00006 with nbeta = default_nbeta and init_loss from
+get_init_loss_multi_batch. The defaults here (3 chains, lr 6e-4) mix them, as Basin's issue
+asked; ``--lr 6e-5`` gives the later test's step.
 """
 
 from __future__ import annotations
@@ -113,6 +135,26 @@ CASE_DEFAULTS = {
         "batch_size": 500,
         "seed": 0,
         "data_seed": 0,
+    },
+    "module": {
+        "n": 1437,  # replaced by the data file's length
+        "chains": 4,
+        "draws": 2000,
+        "lr": 1e-5,
+        "localization": 1.0,
+        "batch_size": 128,
+        "seed": 0,
+        "data_seed": 0,
+    },
+    "rrr": {
+        "n": 1000,
+        "chains": 3,
+        "draws": 2000,
+        "lr": 6e-4,
+        "localization": 1.0,
+        "batch_size": 1000,
+        "seed": 42,
+        "data_seed": 42,
     },
 }
 
@@ -257,6 +299,109 @@ def dln_task(args):
     return Net(), loader, evaluate, (xt, yt), extras
 
 
+def module_task(args):
+    """The digits MLP of examples/digits_mlp.py rebuilt in plain torch: Linear(64, H), ReLU,
+    Linear(H, 10) under the same parameter names (layers.0, layers.1), its weights from the
+    state dict ``--weights-file`` (torch.load, weights only), its data from ``--data-file``
+    (x [n, 64] float32, y [n] int64), loss F.cross_entropy (mean over the minibatch)."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    if not (args.weights_file and args.data_file):
+        raise SystemExit("module: --weights-file (a state dict .pt) and --data-file are needed")
+    state = torch.load(args.weights_file, map_location="cpu", weights_only=True)
+    hidden = state["layers.0.weight"].shape[0]
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(64, hidden), nn.Linear(hidden, 10)])
+
+        def forward(self, x):
+            return self.layers[1](torch.relu(self.layers[0](x)))
+
+    model = MLP()
+    model.load_state_dict(state)
+    with np.load(args.data_file) as f:
+        x = torch.from_numpy(np.asarray(f["x"], np.float32))
+        y = torch.from_numpy(np.asarray(f["y"], np.int64))
+    args.n = len(x)
+
+    def evaluate(model, data):
+        xb, yb = data
+        return F.cross_entropy(model(xb), yb)
+
+    loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True)
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+    extras = {
+        "params": int(sum(p.numel() for p in model.parameters())),
+        "hidden": int(hidden),
+        "w0": str(args.weights_file),
+        "data": str(args.data_file),
+        "loss": "F.cross_entropy(model(x), y), mean over the minibatch",
+        "model": "Linear(64, H) -> ReLU -> Linear(H, 10), float32, the state dict's weights",
+    }
+    return model, loader, evaluate, (x, y), extras
+
+
+def rrr_task(args):
+    """devinterp's tests/slt/rrr_test.py::test_accuracy_rrr, literally: data and model from
+    torch.manual_seed(42) (the model built after x and y are drawn, as the test does), Adam lr
+    0.01 for 5000 full-batch steps on F.mse_loss; loss devinterp.utils.evaluate_mse."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from devinterp.test_utils import ReducedRankRegressor
+    from devinterp.utils import evaluate_mse
+    from torch.utils.data import DataLoader, TensorDataset
+
+    m, h, n = args.mhn
+    torch.manual_seed(args.data_seed)
+    np.random.seed(args.data_seed)
+    x = torch.randn(args.n, m)
+    y = torch.randn(args.n, n)
+    loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True)
+    model = ReducedRankRegressor(m, h, n)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(args.train_steps):
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    if (m + h + n) % 2 == 1:
+        kind, true = "1_odd", (1 + 2 * m * n + 2 * h * n + 2 * m * h - n * n - m * m - h * h) / 8
+    else:
+        kind, true = "1_even", (2 * m * n + 2 * h * n + 2 * m * h - n * n - m * m - h * h) / 8
+    if m + h < n:
+        kind, true = "2", m * h / 2
+    elif n + h < m:
+        kind, true = "3", h * n / 2
+    elif m + n < h:
+        kind, true = "4", m * n / 2
+    extras = {
+        "mhn": [m, h, n],
+        "rrr_case": kind,
+        "true_llc": true,
+        "train_steps": args.train_steps,
+        "train_loss": float(F.mse_loss(model(x), y).detach()),
+        "loss": "devinterp.utils.evaluate_mse = F.mse_loss(model(x), y): mean over samples and "
+        "outputs",
+        "model": "devinterp.test_utils.ReducedRankRegressor(m, h, n): fc1, fc2, no bias",
+    }
+    return model, loader, evaluate_mse, (x, y), extras
+
+
+TASKS = {
+    "normal-crossing": normal_crossing_task,
+    "dln": dln_task,
+    "module": module_task,
+    "rrr": rrr_task,
+}
+
+
 def run(args) -> dict:
     import importlib.metadata
     import warnings
@@ -269,7 +414,7 @@ def run(args) -> dict:
     from devinterp.utils import get_init_loss_multi_batch
 
     torch.set_num_threads(args.threads)
-    task = normal_crossing_task if args.case == "normal-crossing" else dln_task
+    task = TASKS[args.case]
     model, loader, evaluate, (x, y), extras = task(args)
     nbeta = args.n / math.log(args.n)
 
@@ -402,6 +547,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--rank", type=int, default=2, help="dln: rank of the generated product")
     p.add_argument("--w0-file", type=Path, help="dln: .npz with W1..WM, W_l of shape H_l x H_{l-1}")
     p.add_argument("--data-file", type=Path, help="dln: .npz with x [n, H0], y [n, HM]")
+    p.add_argument("--weights-file", type=Path, help="module: the state dict (.pt) of w0")
+    p.add_argument("--mhn", type=ints, default=[4, 3, 8], help="rrr: m,h,n (default 4,3,8)")
+    p.add_argument("--train-steps", type=int, default=5000, help="rrr: Adam steps to w0")
     args = p.parse_args(argv)
     if args.case != "setup":
         for key, value in CASE_DEFAULTS[args.case].items():

@@ -79,3 +79,71 @@ def batchnorm_dropout():
         net.norm.running_mean.copy_(torch.linspace(-0.5, 0.5, 6))
         net.norm.running_var.copy_(torch.linspace(0.5, 2.0, 6))
     return net, data, loss
+
+
+# ---------------------------------------------------------------------------------------------
+# devinterp's reduced-rank-regression accuracy test (timaeus-research/devinterp,
+# tests/slt/rrr_test.py::test_accuracy_rrr), as a user would rebuild it in plain torch.
+
+
+class ReducedRankRegressor(nn.Module):
+    """devinterp.test_utils.ReducedRankRegressor: m -> h -> n, two Linear layers, no bias."""
+
+    def __init__(self, m: int, h: int, n: int):
+        super().__init__()
+        self.fc1 = nn.Linear(m, h, bias=False)
+        self.fc2 = nn.Linear(h, n, bias=False)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x))
+
+
+def rrr_devinterp(m: int, h: int, n: int, steps: int = 5000, loss="mse"):
+    """devinterp's data and w0, float32: torch.manual_seed(42); x = randn(1000, m);
+    y = randn(1000, n); the model built next (after x and y are drawn, as the test does), then
+    Adam lr 0.01 for ``steps`` full-batch steps on F.mse_loss (0: the untrained module, for a
+    checkpoint to set w0). Under fork_rng: torch's global RNG is left alone.
+    Returns (module, (x, y), loss)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(42)
+        x = torch.randn(1000, m)
+        y = torch.randn(1000, n)
+        model = ReducedRankRegressor(m, h, n)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return model, (x, y), loss
+
+
+def summed_squares(outputs, targets):
+    """Basin's summed convention as a user's loss: squared error summed over outputs, averaged
+    over the batch (= the number of outputs x F.mse_loss)."""
+    return ((outputs - targets) ** 2).sum(-1).mean()
+
+
+def rrr_devinterp_4_3_8():
+    return rrr_devinterp(4, 3, 8)
+
+
+def rrr_devinterp_8_3_4():
+    return rrr_devinterp(8, 3, 4)
+
+
+def rrr_devinterp_3_8_4():
+    return rrr_devinterp(3, 8, 4)
+
+
+def rrr_devinterp_5_3_5():
+    return rrr_devinterp(5, 3, 5)
+
+
+def rrr_devinterp_4_3_8_untrained():
+    """(4, 3, 8) untrained, loss "mse": w0 from a checkpoint of ``rrr_devinterp(4, 3, 8)``."""
+    return rrr_devinterp(4, 3, 8, steps=0)
+
+
+def rrr_devinterp_4_3_8_summed_untrained():
+    """As ``rrr_devinterp_4_3_8_untrained`` with the loss summed over the 8 outputs."""
+    return rrr_devinterp(4, 3, 8, steps=0, loss=summed_squares)
