@@ -255,7 +255,7 @@ def llc_bench(args: argparse.Namespace) -> None:
     unknown = sorted(set(cases) - set(bench_llc.CASES))
     if unknown:
         raise SystemExit(f"--cases: unknown {unknown}; choose from {list(bench_llc.CASES)}")
-    results = bench_llc.run(args.repeats, args.quick, cases)
+    results = bench_llc.run(args.repeats, args.quick, cases, args.module_chains)
     if args.no_record or args.quick:
         return
     stamp = now()
@@ -766,6 +766,9 @@ def main() -> None:
         "--cases",
         default="normal-crossing,dln,module,step-cost",
         help="comma-separated: normal-crossing, dln, module, step-cost (default all)",
+    )
+    llc.add_argument(
+        "--module-chains", dest="module_chains", type=int, default=4, help="the module case's"
     )
     surface = sub.add_parser("surface", help="batched surfaces vs per-point loops; a large PCA")
     surface.add_argument("--repeats", type=int, default=5)

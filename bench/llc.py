@@ -215,14 +215,16 @@ def step_cost(repeats: int, blocks: int = 2) -> dict:
     return out
 
 
-def run(repeats: int, quick: bool, cases: tuple[str, ...] = CASES) -> dict:
+def run(repeats: int, quick: bool, cases: tuple[str, ...] = CASES, module_chains: int = 4) -> dict:
     steps = 500 if quick else 5000
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         makers = {
             "normal-crossing": lambda: normal_crossing(10, steps),
             "dln": lambda: small_dln(4, steps, Path(tmp)),
-            "module": lambda: digits_module(4, 500 if quick else MODULE_DRAWS, Path(tmp)),
+            "module": lambda: digits_module(
+                module_chains, 500 if quick else MODULE_DRAWS, Path(tmp)
+            ),
         }
         for name, build in makers.items():
             if name not in cases:
