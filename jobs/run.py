@@ -187,7 +187,7 @@ def execute(
     summary["sampling_seconds"] = sampling
     summary["compiled"] = compiled  # whether any block ran as a compiled chunk
     if hasattr(target, "loss_doc"):  # a network's loss in words: which regression convention
-        summary["loss"] = target.loss_doc()
+        summary["loss_function"] = target.loss_doc()
         if hasattr(target, "describe_modes"):  # a user's model: eval mode, buffers fixed
             summary["modes"] = target.describe_modes()
     if observers:  # the records after the burn-in, the only ones an estimate uses

@@ -242,6 +242,8 @@ def test_llc_run_starts_at_the_checkpoint_and_exports(tmp_path, monkeypatch, cap
     target = model("small_classifier", checkpoint=str(tmp_path / "w.pt"))
     assert llc["baseline_loss"] == pytest.approx(float(target.full_loss(target.w0[None])[0]))
     assert summary["modes"] == target.describe_modes()
+    assert summary["loss_function"] is None  # cross-entropy: no regression convention to state
+    assert summary["loss"]["mean"] < 1e9  # the run's own loss statistics are still there
     store = Store(tmp_path / "home")
     run_id = store.list()[0].id
     np.testing.assert_allclose(store.get_array(run_id, "w0"), target.w0.numpy())
@@ -314,3 +316,16 @@ def test_loss_convention_mean_is_the_sum_over_outputs_divided_by_their_count(nam
     plane = t.plane_loss(w[0], w[1:], a.double(), b.double(), chunk=2)
     points = w[0] + a.double()[:, None] * w[1] + b.double()[:, None] * w[2]
     torch.testing.assert_close(plane, t.full_loss(points), rtol=1e-10, atol=0)
+
+
+def test_a_regression_run_says_its_loss_convention(tmp_path, monkeypatch, capsys):
+    args = ["run", "--target", "rrr", "--target-param", "n=200", "--loss-convention", "mean",
+            "--sampler", "sgld", "--param", "step_size=1e-4", "--chains", "2", "--steps", "50",
+            "--json"]  # fmt: skip
+    _cli(tmp_path, monkeypatch, *args)
+    summary = json.loads(capsys.readouterr().out)
+    assert (
+        summary["loss_function"]
+        == landscapes.make("rrr", n=200, loss_convention="mean", device="cpu").loss_doc()
+    )
+    assert "F.mse_loss" in summary["loss_function"] and "init" in summary["loss"]
