@@ -506,10 +506,7 @@ STEPPED = ("dln", "calibrate", "order")  # the sweeps over step sizes
 
 
 def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
-    import threading
-
     from . import sweep
-    from .worker import supervise
 
     if args.sweep == "list":
         for s in store.list_sweeps():
@@ -521,6 +518,8 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
         return 0
     if args.sweep == "show":
         return _print_sweep(sweep.results(store, args.id), args.json)
+    if args.sweep == "run":
+        return _run_sweep(args, store, args.id, retry=args.retry_failed)
     step_sizes = _floats(args.step_sizes, "--step-sizes") if args.sweep in STEPPED else ()
     if args.sweep == "dln":
         samplers_ = tuple(s for s in args.samplers.replace(" ", "").split(",") if s)
@@ -594,11 +593,30 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
         nbetas = (None,) if not args.nbetas else _floats(args.nbetas, "--nbetas")
         base = parse_spec({**spec_from_args(args), "observables": ["llc"]})
         params, cells = sweep.calibration_specs(base, step_sizes, nbetas)
-    sweep_id = sweep.submit(store, args.sweep, params, cells)
+    ray = args.backend == "ray"
+    if ray:
+        from .ray_backend import connect, start_driver
+
+        connect(args.address)  # a cluster that cannot be reached is refused before queueing
+    sweep_id = sweep.submit(store, args.sweep, params, cells, held_by=os.getpid() if ray else None)
     print(f"{sweep_id}: {len(cells)} runs queued", file=sys.stderr)
     if args.submit_only:
+        if ray:  # the runs are held for a driver that outlives this call
+            start_driver(store, sweep_id, args.address)
         print(sweep_id)
         return 0
+    return _run_sweep(args, store, sweep_id)
+
+
+def _run_sweep(args: argparse.Namespace, store: Store, sweep_id: str, retry: bool = False) -> int:
+    """Run a sweep's cells to their end, on the local pool or the Ray cluster, showing a line
+    as runs finish; then print its results."""
+    import threading
+
+    from . import sweep
+    from .worker import supervise
+
+    run_ids = [cell["run_id"] for cell in store.get_sweep(sweep_id)["cells"]]
     done = threading.Event()
 
     status = StatusLine(every=0.0)  # a line each time a run finishes
@@ -611,7 +629,22 @@ def cmd_sweep(args: argparse.Namespace, store: Store) -> int:
 
     thread = threading.Thread(target=report, daemon=True)
     thread.start()
-    supervise(str(store.home), slots=args.slots, once=True)
+    if args.backend == "ray":
+        from .ray_backend import drive, take
+
+        held = take(store, run_ids, retry, getattr(args, "holder", None) or os.getpid())
+        try:
+            drive(store, held, args.address)
+        except SpecError as exc:  # no cluster there: the held runs fail, saying why
+            for run_id in held:
+                store.finish(run_id, "failed", error=str(exc))
+            raise
+    else:
+        if retry:  # back to the queue: a worker resumes each where its rows end
+            for run_id in run_ids:
+                if store.get(run_id).status in ("interrupted", "failed"):
+                    store.requeue(run_id)
+        supervise(str(store.home), slots=args.slots, once=True)
     done.set()
     thread.join()
     status.close()
@@ -818,6 +851,20 @@ def _finite(value):
     return value
 
 
+def _backend_flags(k: argparse.ArgumentParser) -> None:
+    k.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where the runs execute: the local worker pool (default) or a Ray cluster",
+    )
+    k.add_argument(
+        "--address",
+        help="the Ray cluster: auto (this machine's, or RAY_ADDRESS; default), host:port or "
+        "ray://host:port",
+    )
+
+
 def _sweep_flags(k: argparse.ArgumentParser) -> None:
     """What the order, reprior and vi sweeps take alike: seed, device, dtype and how to run."""
     k.add_argument("--seed", type=int, default=0)
@@ -826,6 +873,7 @@ def _sweep_flags(k: argparse.ArgumentParser) -> None:
     k.add_argument("--json", action="store_true")
     k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
     k.add_argument("--submit-only", dest="submit_only", action="store_true")
+    _backend_flags(k)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -899,6 +947,7 @@ def main(argv: list[str] | None = None) -> int:
             action="store_true",
             help="queue the runs, print the sweep id and return",
         )
+        _backend_flags(k)
     k = kinds.add_parser("order", help="TATi's integrator-order study (reference 003, Figs 2-4)")
     k.add_argument("--target", default="harmonic", help="a potential or network (TATi: harmonic)")
     k.add_argument(
@@ -959,6 +1008,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     k.add_argument("--slots", type=_slots, help="runs at once (default: the worker default)")
     k.add_argument("--submit-only", dest="submit_only", action="store_true")
+    _backend_flags(k)
+    k = kinds.add_parser(
+        "run", help="run a sweep's queued cells (and, with --retry-failed, its interrupted ones)"
+    )
+    k.add_argument("id")
+    k.add_argument(
+        "--retry-failed",
+        dest="retry_failed",
+        action="store_true",
+        help="run the cells whose run was interrupted (a lost Ray task, a killed worker) or "
+        "failed again; their stored rows are kept and replayed, not written twice",
+    )
+    k.add_argument("--slots", type=_slots, help="local backend: runs at once")
+    k.add_argument("--holder", type=int, help=argparse.SUPPRESS)  # the app's pid (start_driver)
+    k.add_argument("--json", action="store_true")
+    _backend_flags(k)
     for name in ("show", "delete"):
         k = kinds.add_parser(name)
         k.add_argument("id")

@@ -485,8 +485,10 @@ class Store:
     # -- metadata ------------------------------------------------------------------------------
 
     @_names_damage(per_run=False)
-    def create(self, spec: dict) -> str:
-        """A new queued run, e.g. id "20250131-142501123-9f3a" (UTC time to the ms, random)."""
+    def create(self, spec: dict, held_by: int | None = None) -> str:
+        """A new queued run, e.g. id "20250131-142501123-9f3a" (UTC time to the ms, random);
+        ``held_by``: created running, held by that process (a Ray driver: no local worker may
+        take it meanwhile), which must beat for it (``mark_stale``)."""
         spec_json = json.dumps(spec)
         vi = spec.get("vi") if spec.get("kind") == "vi" else None  # a fit counts its epochs
         total = vi.get("epochs", 0) if isinstance(vi, dict) else spec.get("steps", 0)
@@ -500,7 +502,39 @@ class Store:
                 "INSERT INTO runs (id, spec, status, created, progress) VALUES (?, ?, ?, ?, ?)",
                 (run_id, spec_json, "queued", time.time(), json.dumps(queued)),
             )
+            if held_by is not None:
+                self._hold(db, run_id, held_by)
         return run_id
+
+    @staticmethod
+    def _hold(db: sqlite3.Connection, run_id: str, pid: int) -> None:
+        now = time.time()
+        db.execute(
+            "UPDATE runs SET status = 'running', started = ?, finished = NULL, worker_pid = ?, "
+            "heartbeat = ?, error = NULL, cancel_requested = 0 WHERE id = ?",
+            (now, pid, now, run_id),
+        )
+
+    @_names_damage(per_run=False)
+    def hold(
+        self, run_id: str, pid: int, statuses: tuple[str, ...], holder: int | None = None
+    ) -> bool:
+        """Make the run running under process ``pid`` if its status is one of ``statuses`` (and,
+        given ``holder``, it is held by that process): a Ray driver taking a queued or
+        interrupted run, or adopting the runs the app created for it, in one transaction, so no
+        local worker claims it in between. False if it was not taken."""
+        with _tx(self._db()) as db:
+            sql = "SELECT status, worker_pid FROM runs WHERE id = ?"
+            row = db.execute(sql, (run_id,)).fetchone()
+            if row is None or row[0] not in statuses or holder not in (None, row[1]):
+                return False
+            self._hold(db, run_id, pid)
+        return True
+
+    @_names_damage(per_run=True)
+    def array_names(self, run_id: str) -> list[str]:
+        """The names of the run's side arrays (``put_array``)."""
+        return [r[0] for r in self._run(run_id).execute("SELECT name FROM arrays ORDER BY name")]
 
     def _record(self, row: tuple) -> RunRecord | DamagedStore:
         try:

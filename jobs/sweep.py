@@ -144,14 +144,22 @@ def calibration_specs(
     return params, cells
 
 
-def submit(store: Store, kind: str, params: dict, cells: list[tuple[dict, RunSpec]]) -> str:
+def submit(
+    store: Store,
+    kind: str,
+    params: dict,
+    cells: list[tuple[dict, RunSpec]],
+    held_by: int | None = None,
+) -> str:
     """Check every run against the memory budget first (a class too large for the device is
-    refused with the estimate, before anything is queued), then queue them all."""
+    refused with the estimate, before anything is queued), then queue them all (``held_by``: held
+    by that process, a Ray driver or the app starting one, so no local worker takes them)."""
     for _, spec in cells:
         check_budget(spec)
     stored = []
     for cell, spec in cells:
-        stored.append({**cell, "run_id": store.create(spec.model_dump(mode="json"))})
+        run_id = store.create(spec.model_dump(mode="json"), held_by=held_by)
+        stored.append({**cell, "run_id": run_id})
     return store.create_sweep(kind, params, stored)
 
 
