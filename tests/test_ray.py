@@ -114,3 +114,26 @@ def test_a_killed_ray_worker_is_interrupted_a_cancel_reaches_its_task_and_retry_
     assert len(rows["step"]) == 8000 // int(store.get(lost).spec["thin"])
     for name, values in kept.items():
         assert (rows[name][: len(values)] == values).all(), name
+
+
+def test_the_dln_benchmark_page_runs_its_sweep_on_ray(home, cluster):
+    """The page's "Run on: Ray cluster": the sweep's runs are held for a driver the app starts
+    beside itself (never the local pool's), and fill in from the cluster."""
+    from apptest import errors, page
+
+    at = page("dln_benchmark")
+    at.number_input(key="dln.problems").set_value(1)
+    at.number_input(key="dln.steps").set_value(200)
+    at.multiselect(key="dln.samplers").set_value(["sgld"])
+    at.text_input(key="dln.step_sizes").input("1e-7")
+    at.radio(key="dln.backend").set_value("ray").run()
+    at.text_input(key="dln.address").input(cluster).run()
+    at.button(key="dln.launch").click().run()
+    assert not errors(at)
+    store = Store(home)
+    (sweep,) = store.list_sweeps()
+    (cell,) = sweep["cells"]
+    wait(lambda: store.get(cell["run_id"]).status == "completed", timeout=120, every=0.2)
+    record = store.get(cell["run_id"])
+    assert "ray_worker" in record.progress and record.summary["observables"]["llc"]["mean"]
+    assert (home / f"ray-{sweep['id']}.log").exists()

@@ -7,6 +7,7 @@ widgets -> RunSpec -> ``submit``; ``Live`` (new records only) -> ``charts`` figu
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import time
 
@@ -41,6 +42,7 @@ __all__ = [
     "WARNING",
     "Live",
     "await_first_records",
+    "backend_choice",
     "budget_gate",
     "device_name",
     "ensure_pool",
@@ -60,6 +62,7 @@ __all__ = [
     "stop_polling",
     "store",
     "submit",
+    "submit_sweep",
     "sweep_progress",
 ]
 
@@ -90,6 +93,61 @@ def device_name() -> str:
     if torch.cuda.is_available():
         return f"GPU: {torch.cuda.get_device_name(0)}"
     return f"CPU ({cores()} cores)"
+
+
+RAY_INSTALLED = importlib.util.find_spec("ray") is not None
+
+
+def backend_choice(key: str) -> tuple[str, str | None]:
+    """Where a sweep's runs go: the local worker pool, or a Ray cluster at an address (offered
+    when Ray is installed: requirements-ray.txt)."""
+    if not RAY_INSTALLED:
+        st.caption(
+            "Runs go to the local worker pool (`pip install -r requirements-ray.txt` "
+            "offers a Ray cluster too)."
+        )
+        return "local", None
+    left, right = st.columns([1, 2])
+    with left:
+        backend = st.radio(
+            "Run on",
+            ("local", "ray"),
+            horizontal=True,
+            key=kept(f"{key}.backend"),
+            format_func={"local": "local worker pool", "ray": "Ray cluster"}.get,
+            help="A Ray cluster runs each cell as a Ray task; its records stream back into this "
+            "store, so the sweep fills in here as a local one does (README: Scale out).",
+        )
+    address = None
+    if backend == "ray":
+        with right:
+            address = (
+                st.text_input(
+                    "Ray address",
+                    "auto",
+                    key=kept(f"{key}.address"),
+                    help="auto: the cluster this machine runs (or RAY_ADDRESS); host:port of "
+                    "a head; ray://host:port for Ray Client",
+                ).strip()
+                or "auto"
+            )
+    return backend, address
+
+
+def submit_sweep(kind: str, params: dict, cells: list, backend: str, address: str | None) -> str:
+    """Queue a sweep's runs (every one checked first) on the local pool, or held for a Ray
+    driver started beside the app (it outlives the page, as the pool does)."""
+    from jobs import sweep
+
+    held = os.getpid() if backend == "ray" else None
+    sweep_id = sweep.submit(store(), kind, params, cells, held_by=held)
+    if backend == "ray":
+        from jobs.ray_backend import start_driver
+
+        start_driver(store(), sweep_id, address)
+    else:
+        ensure_pool()
+    return sweep_id
 
 
 def submit(spec: dict) -> str | None:

@@ -88,6 +88,7 @@ if runs > MAX_RUNS:
         f"**problems**: {runs} runs is over the limit of {MAX_RUNS}; fewer problems",
         icon=ui.WARNING,
     )
+backend, address = ui.backend_choice("dln")
 if st.button("Launch sweep", type="primary", key="dln.launch"):
     if not chosen or step_sizes is None or runs > MAX_RUNS:
         st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
@@ -105,11 +106,10 @@ if st.button("Launch sweep", type="primary", key="dln.launch"):
                     n=int(n),
                     seed=int(seed),
                 )
-                sweep_id = sweeps.submit(store, "dln", params, cells)
+                sweep_id = ui.submit_sweep("dln", params, cells, backend, address)
         except SpecError as exc:
             ui.spec_error(exc)
         else:
-            ui.ensure_pool()
             st.session_state["dln.shown"] = sweep_id
 
 # ---------------------------------------------------------------------------------------------

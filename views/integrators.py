@@ -100,6 +100,7 @@ if cells > MAX_CELLS:
     problems.append(f"**step sizes**: {cells} runs is over {MAX_CELLS}; fewer steps or integrators")
 for problem in problems:
     st.error(problem, icon=ui.WARNING)
+backend, address = ui.backend_choice("ord")
 if st.button("Run the study", type="primary", key="ord.launch"):
     if problems or step_sizes is None or target_params is None:
         st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
@@ -116,11 +117,10 @@ if st.button("Run the study", type="primary", key="ord.launch"):
                 chains=int(chains),
                 steps=int(steps),
             )
-            sweep_id = sweeps.submit(store, "order", params, specs)
+            sweep_id = ui.submit_sweep("order", params, specs, backend, address)
         except SpecError as exc:
             ui.spec_error(exc)
         else:
-            ui.ensure_pool()
             st.session_state["ord.shown"] = sweep_id
 
 

@@ -494,6 +494,7 @@ with calibrate_tab:
     if nbeta_text.strip():
         nbeta_param = sampler_spec.param("nbeta")
         nbeta_grid = ui.parse_grid(nbeta_text, nbeta_param, "nbetas", MAX_NBETAS, "calibrate")
+    backend, address = ui.backend_choice("cal")
     if st.button("Calibrate", type="primary", key="cal.run"):
         if not ready or step_grid is None or nbeta_grid is None:
             st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
@@ -501,11 +502,10 @@ with calibrate_tab:
             try:
                 base = parse_spec({**spec, "observables": ["llc"]})  # no predictive per cell
                 params, cells = sweeps.calibration_specs(base, step_grid, nbeta_grid)
-                sweep_id = sweeps.submit(store, "calibrate", params, cells)
+                sweep_id = ui.submit_sweep("calibrate", params, cells, backend, address)
             except SpecError as exc:
                 ui.spec_error(exc)
             else:
-                ui.ensure_pool()
                 st.session_state["cal.shown"] = sweep_id
     calibrations = {s["id"]: s for s in store.list_sweeps() if s["kind"] == "calibrate"}
     watch(
@@ -559,6 +559,7 @@ with vi_tab:
             f"The n-scan takes the first n points of a dataset it generates; {target_name} has "
             "no n (its data is the factory's): pick another network for it."
         )
+    backend, address = ui.backend_choice("vi")
     if st.button("Run the n-scan", type="primary", key="vi.run", disabled=not sized):
         if target_params is None or ns is None:
             st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
@@ -578,11 +579,10 @@ with vi_tab:
                     options,
                     seed=int(seed),
                 )
-                sweep_id = sweeps.submit(store, "vi", params, cells)
+                sweep_id = ui.submit_sweep("vi", params, cells, backend, address)
             except SpecError as exc:
                 ui.spec_error(exc)
             else:
-                ui.ensure_pool()
                 st.session_state["vi.shown"] = sweep_id
     scans = {s["id"]: s for s in store.list_sweeps() if s["kind"] == "vi"}
     watch(
@@ -646,6 +646,7 @@ if more:
                 "No checkpoints for this factory yet: upload some above (or put them under "
                 "BASIN_MODELS)."
             )
+        backend, address = ui.backend_choice("ckpt")
         if st.button("Run over training", type="primary", key="ckpt.run"):
             if not ready:
                 st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
@@ -657,11 +658,10 @@ if more:
                 try:
                     base = parse_spec({**spec, "observables": ["llc"]})
                     params, cells = sweeps.checkpoint_specs(base, models.by_step(chosen))
-                    sweep_id = sweeps.submit(store, "checkpoints", params, cells)
+                    sweep_id = ui.submit_sweep("checkpoints", params, cells, backend, address)
                 except (SpecError, ParamError) as exc:
                     ui.spec_error(exc)
                 else:
-                    ui.ensure_pool()
                     st.session_state["ckpt.shown"] = sweep_id
         over_training = {s["id"]: s for s in store.list_sweeps() if s["kind"] == "checkpoints"}
         watch(

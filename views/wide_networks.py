@@ -139,6 +139,7 @@ if skip_mh and target_accept is not None and target_accept < verdict.SKIP_MH_ACC
     )
 if not widths:
     st.error("**widths**: choose at least one", icon=ui.WARNING)
+backend, address = ui.backend_choice("wide")
 if st.button("Run the study", type="primary", key="wide.run"):
     if not widths or None in fields:
         st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
@@ -158,11 +159,10 @@ if st.button("Run the study", type="primary", key="wide.run"):
                 target_accept=target_accept,
                 seed=seed,
             )
-            sweep_id = sweeps.submit(store, "reprior", params, cells)
+            sweep_id = ui.submit_sweep("reprior", params, cells, backend, address)
         except SpecError as exc:
             ui.spec_error(exc)
         else:
-            ui.ensure_pool()
             st.session_state["wide.shown"] = sweep_id
 
 
