@@ -13,6 +13,8 @@
     python -m bench eqn [--repeats 5] [--quick] [--jobs 2] [--threads 1] [--no-record]
     python -m bench reprior [--repeats 5] [--quick] [--no-record]  # reference 002's tables
     python -m bench vi [--quick] [--no-record]  # reference 004 section 5(C), as sweeps
+    python -m bench gpu [--device cpu --quick]  # the GPU path beside the CPU (needs CUDA)
+    python -m bench scale [--repeats 3] [--quick]  # README's DLN sweep: local pool vs 2-node Ray
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
 chain counts in turn (Basin and peer at the first count, then at the next, ...), ``--repeats``
@@ -736,6 +738,72 @@ def live_bench(args: argparse.Namespace) -> None:
     )
 
 
+def scale_bench(args: argparse.Namespace) -> None:
+    from . import scale
+
+    r = scale.run(args.repeats, args.quick)
+    local, ray = r["median"]["local"], r["median"]["ray"]
+    lines = [
+        "| backend | wall s (each repeat) | median s |",
+        "|---|---|---:|",
+        f"| local pool (2 slots) | {', '.join(f'{t:.1f}' for t in r['local_s'])} | {local:.1f} |",
+        f"| Ray, 2 local nodes x 1 CPU | {', '.join(f'{t:.1f}' for t in r['ray_s'])} | {ray:.1f} |",
+    ]
+    print("\n".join(lines))
+    print(f"Ray / local: {ray / local:.2f}; the same estimates: {r['same_estimates']}")
+    if args.quick or args.no_record:
+        return
+    record(
+        [
+            "",
+            f"## {now()}: a DLN sweep on the local pool and on a 2-node local Ray cluster",
+            "",
+            f"`python -m bench {shlex.join(sys.argv[1:])}`: `{r['command']}` ({r['runs']} runs), "
+            "each time in a fresh store, local and Ray alternating (bench/scale.py).",
+            "",
+            machine(),
+            "",
+            *lines,
+            "",
+            f"Ray / local wall time: {ray / local:.2f}. Every run's estimate the same on both: "
+            f"{r['same_estimates']}.",
+        ]
+    )
+
+
+def gpu_bench(args: argparse.Namespace) -> None:
+    import torch
+
+    from . import gpu
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(
+            "bench gpu: no CUDA device here, nothing measured (bench/RESULTS.md keeps saying the "
+            "GPU figures are not measured); `--device cpu --quick` checks the script on the CPU"
+        )
+    devices = ["cuda", "cpu"] if args.device == "cuda" else ["cpu"]
+    quick = args.quick or args.device == "cpu"
+    rows = gpu.run(devices, quick)
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "the CPU only"
+    lines = gpu.table(rows, devices)
+    print("\n".join(lines))
+    if quick or args.no_record:
+        return
+    record(
+        [
+            "",
+            f"## {now()}: the GPU path, {name}",
+            "",
+            f"`python -m bench {shlex.join(sys.argv[1:])}` (bench/gpu.py says what each row "
+            "measures; cuda / cpu: how many times faster the GPU is).",
+            "",
+            machine(f"torch {torch.__version__}", f"GPU {name}"),
+            "",
+            *lines,
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -801,6 +869,14 @@ def main() -> None:
     vi_p = sub.add_parser("vi", help="VI via resolution of singularities: reference 004 5(C)")
     vi_p.add_argument("--quick", action="store_true", help="30 epochs, 3 n, not recorded")
     vi_p.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    scale_p = sub.add_parser("scale", help="README's DLN sweep: local pool vs a 2-node Ray cluster")
+    scale_p.add_argument("--repeats", type=int, default=3)
+    scale_p.add_argument("--quick", action="store_true", help="2 problems, 500 steps, no record")
+    scale_p.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    gpu_p = sub.add_parser("gpu", help="the GPU path beside the CPU: engine, DLN LLC, surface, law")
+    gpu_p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    gpu_p.add_argument("--quick", action="store_true", help="small sizes, not recorded")
+    gpu_p.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     live = sub.add_parser("live", help="submit to first records, and gaps while compiling")
     live.add_argument("--repeats", type=int, default=3)
     live.add_argument("--steps", type=int, default=20_000)
@@ -817,6 +893,10 @@ def main() -> None:
         return reprior_bench(args)
     if args.command == "vi":
         return vi_bench(args)
+    if args.command == "gpu":
+        return gpu_bench(args)
+    if args.command == "scale":
+        return scale_bench(args)
     if args.command == "live":
         live_bench(args)
     elif args.command == "app":

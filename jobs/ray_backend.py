@@ -37,6 +37,7 @@ from .store import Store
 
 FLUSH_S = 0.5  # a task's look at its store: the live view's cadence, as a local flush's
 BEAT_S = 1.0  # the driver's heartbeat for its runs and its look for cancels
+CONNECT_S = 30.0  # how long a cluster may take to answer ray.init
 SERIES = ("records", "flushes", "snapshots")
 RETRYABLE = ("interrupted", "failed")
 
@@ -56,20 +57,31 @@ def connect(address: str | None):
     """Ray, connected to the cluster at ``address`` ("auto": the one this machine runs or
     RAY_ADDRESS names; "ray://host:port": Ray Client; "host:port": a head's GCS)."""
     ray = require_ray()
-    if not ray.is_initialized():
-        root = Path(__file__).resolve().parents[1]
-        packages = [str(root / name) for name in ("landscapes", "samplers", "jobs")]
+    if ray.is_initialized():
+        return ray
+    root = Path(__file__).resolve().parents[1]
+    packages = [str(root / name) for name in ("landscapes", "samplers", "jobs")]
+    outcome: dict = {}
+
+    def init() -> None:
         try:
             ray.init(
                 address=address or "auto",
-                runtime_env={"py_modules": packages, "env_vars": {"PYTHONHASHSEED": "0"}},
+                runtime_env={"py_modules": packages},
                 log_to_driver=False,
                 logging_level="ERROR",
             )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise SpecError(
-                "address", f"cannot reach a Ray cluster at {address or 'auto'!r}: {exc}"
-            ) from None
+            outcome["ok"] = True
+        except Exception as exc:  # ConnectionError, RuntimeError, ValueError (a bad address)
+            outcome["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+
+    # Ray retries an unreachable address for minutes: wait CONNECT_S, then say so
+    thread = threading.Thread(target=init, daemon=True)
+    thread.start()
+    thread.join(CONNECT_S)
+    if not outcome.get("ok"):
+        why = outcome.get("error", f"no answer within {CONNECT_S:g} s")
+        raise SpecError("address", f"cannot reach a Ray cluster at {address or 'auto'!r}: {why}")
     return ray
 
 
