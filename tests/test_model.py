@@ -208,6 +208,19 @@ def test_every_sampler_runs_on_a_model(name):
     assert torch.isfinite(state.position).all() and not info.diverged.any()
 
 
+@pytest.mark.parametrize("metric", ["monge", "shampoo"])
+def test_sgrld_metrics_see_the_model_s_tensors(metric):
+    """Shampoo's blocks are the module's named tensors (its layout): a run stays finite and
+    moves every tensor."""
+    t = model("batchnorm_dropout")
+    kernel = samplers.make("sgrld", metric=metric, step_size=1e-5, batch_size=32)
+    g = torch.Generator().manual_seed(0)
+    state, info = kernel.run(kernel.init(t.initial(g, 3), t, g), t, g, 20)
+    assert torch.isfinite(state.position).all() and not info.diverged.any()
+    moved = t.unflatten(state.position - t.w0)
+    assert all(bool((v != 0).any()) for v in moved.values()), list(t.layout)
+
+
 def test_surfaces_of_a_model_pca_random_and_hessian():
     t = model("small_regression")
     rng = np.random.default_rng(0)
