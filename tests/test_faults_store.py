@@ -364,7 +364,8 @@ def _garbage_page(path: Path, page: int) -> None:
         f.write(np.random.default_rng(page).integers(0, 256, size, dtype=np.uint8).tobytes())
 
 
-def test_a_garbage_page_in_basin_sqlite_is_named_in_one_line(tmp_path):
+def test_a_garbage_page_in_basin_sqlite_is_named_in_one_line(tmp_path, monkeypatch, capsys):
+    # in process (``jobs``): seven commands in subprocesses took 13-20 s of torch imports
     store = Store(tmp_path)
     run_id, _ = _write_run(store, [3])
     for i in range(60):  # enough rows for the runs table to span pages
@@ -377,18 +378,16 @@ def test_a_garbage_page_in_basin_sqlite_is_named_in_one_line(tmp_path):
     conn.close()
     _garbage_page(meta, root[0])
     for argv in (["list"], ["show", run_id], ["export", run_id, "--out", str(tmp_path / "x")]):
-        out = cli(tmp_path, *argv)
-        assert out.returncode == 2, (argv, out)
-        line = _one_line_error(out.stderr)
+        assert jobs(tmp_path, monkeypatch, *argv) == 2, argv
+        line = _one_line_error(capsys.readouterr().err)
         assert str(meta) in line and "damaged" in line
-    out = cli(tmp_path, "check")
-    assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert str(meta) in out.stdout and "damaged" in out.stdout
+    assert jobs(tmp_path, monkeypatch, "check") == 1
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err and str(meta) in out.out and "damaged" in out.out
     _garbage_page(meta, 1)  # the header too: no command can open the store
     for argv in (["list"], ["check"], ["submit", "--target", "banana", "--sampler", "mala"]):
-        out = cli(tmp_path, *argv)
-        assert out.returncode == 2, (argv, out)
-        line = _one_line_error(out.stderr)
+        assert jobs(tmp_path, monkeypatch, *argv) == 2, argv
+        line = _one_line_error(capsys.readouterr().err)
         assert str(meta) in line and "damaged" in line
 
 
