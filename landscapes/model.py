@@ -260,6 +260,29 @@ class Model(Network):
         out = torch.func.vmap(one, in_dims=(0, 0 if per_chain else None))(params, x)
         return out.reshape(*out.shape[:2], self.outputs)
 
+    def _loss_and_grad(self, w: Tensor, batch) -> tuple[Tensor, Tensor]:
+        """Eager: autograd through the chain-batched forward (the base class's). Compiled: each
+        chain's gradient by ``torch.func.grad`` inside ``vmap``, which traces into a leaner
+        graph: an LLC estimate of the digits MLP (4 chains x 2000 steps) took 1.01 s against
+        1.25 s (eagerly the other way round: 5.6 s against 3.1 s), the same numbers."""
+        if not torch.compiler.is_compiling():
+            return super()._loss_and_grad(w, batch)
+        x, y = (self.x, self.y) if batch is None else batch
+        shared = x.ndim == self.x.ndim  # one batch for every chain, or each chain its own
+        sizes = [math.prod(shape) for shape in self.layout.values()]
+
+        def chain(wc: Tensor, xc: Tensor, yc: Tensor) -> Tensor:
+            parts = wc.split(sizes)
+            params = {k: p.reshape(s) for (k, s), p in zip(self.layout.items(), parts, strict=True)}
+            out = torch.func.functional_call(self.module, (params, self.buffers), (xc,))
+            return self.criterion(out.reshape(1, out.shape[0], self.outputs), yc[None])[0]
+
+        dims = None if shared else 0
+        grad, loss = torch.func.vmap(torch.func.grad_and_value(chain), in_dims=(0, dims, dims))(
+            w, x, y
+        )
+        return loss, grad
+
     def apply(self, theta: Tensor, x: Tensor) -> Tensor:
         # integer inputs (token ids) keep their dtype: only floating data follows theta's
         x = x.to(theta) if x.is_floating_point() else x.to(theta.device)

@@ -27,11 +27,17 @@ CASES = [
     ("tanh", "sgld", {"step_size": 1e-4, "batch_size": 10}),
     # full batch: the data a constant of the graph
     ("mlp", "sgld", {"step_size": 1e-5}),
+    # a user's nn.Module: compiled, each chain's gradient by torch.func.grad inside vmap
+    ("model", "sgld", {"step_size": 1e-4, "batch_size": 16}),
 ]
 
 
 def build(target_name: str, dtype: str = "float64") -> landscapes.Target:
-    params = {"tanh": {"hidden": 2, "n": 100}, "mlp": {"hidden_sizes": (4,)}}.get(target_name, {})
+    params = {
+        "tanh": {"hidden": 2, "n": 100},
+        "mlp": {"hidden_sizes": (4,)},
+        "model": {"factory": "tests/model_factories.py:small_regression"},
+    }.get(target_name, {})
     return landscapes.make(target_name, device=DEVICE, dtype=dtype, **params)
 
 
