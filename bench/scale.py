@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = [
@@ -40,9 +41,17 @@ def timed(home: Path, *args: str) -> tuple[float, dict]:
     return seconds, json.loads(out.stdout)
 
 
+# For the cluster this bench starts and the commands it runs, restored after: no usage
+# statistics sent, and Ray's single-machine mode, so every node listens on 127.0.0.1 only.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
 def run(repeats: int, quick: bool) -> dict:
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # nodes on 127.0.0.1 only
+    with mock.patch.dict(os.environ, RAY_ENV):
+        return _run(repeats, quick)
+
+
+def _run(repeats: int, quick: bool) -> dict:
     from ray.cluster_utils import Cluster
 
     args = list(SWEEP)

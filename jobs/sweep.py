@@ -723,7 +723,14 @@ def find_checkpoints(pattern: str) -> list[str]:
     paths = [str(Path(p).resolve()) for p in matched if Path(p).is_file()]
     if not paths:
         raise SpecError("checkpoints", f"no file matches {pattern!r}")
-    return sorted(paths, key=lambda p: (checkpoint_step(p) is None, checkpoint_step(p) or 0, p))
+    return by_step(paths)
+
+
+def by_step(paths) -> list[str]:
+    """Checkpoints by training step (``checkpoint_step``; those without one last), then name."""
+    return sorted(
+        paths, key=lambda p: (checkpoint_step(p) is None, checkpoint_step(p) or 0, Path(p).name, p)
+    )
 
 
 def checkpoint_specs(base: RunSpec, checkpoints: list[str]) -> tuple[dict, list]:

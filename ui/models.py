@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from jobs.sweep import checkpoint_step
+from jobs.sweep import by_step
 from landscapes import ParamError
 from landscapes.model import apply_weights, call_factory, load_weights, make_model
 from landscapes.networks import Network
@@ -120,13 +120,6 @@ def kept_checkpoints(home: str | os.PathLike, factory: str) -> list[str]:
     if not folder.is_dir():
         return []
     return [str(p) for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")]
-
-
-def by_step(paths) -> list[str]:
-    """Checkpoints by training step (``checkpoint_step``; those without one last), then name."""
-    return sorted(
-        paths, key=lambda p: (checkpoint_step(p) is None, checkpoint_step(p) or 0, Path(p).name, p)
-    )
 
 
 def checkpoint_choices(home: str | os.PathLike, factory: str) -> list[str]:
