@@ -146,7 +146,7 @@ def execute(
 
     for first, n in plan(spec.steps, noise.length, spec.flush_every):
         traced = first < recorder.trace_steps  # the animation's steps: eager, every proposal
-        whole = chunk is not None and chunk.ready and n == noise.length and not traced
+        whole = chunk is not None and chunk.ready and chunk.usable(n) and not traced
         tic = time.perf_counter()
         # eager blocks go in pieces: a compile in the background slows them (see EAGER_PIECE)
         piece = n if whole else EAGER_PIECE

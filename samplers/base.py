@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -70,6 +71,9 @@ class Draw:
 
 NOISE_BYTES = 32 << 20  # one block of draws at most (a big model gets blocks of fewer steps)
 MAX_BLOCK = 256  # steps per block: also the compiled chunk's length
+# A CPU generator is sequential (~3.5 ns a normal): a draw of SPLIT numbers or more is drawn as
+# PARTS streams seeded from it, on up to torch's thread count (the numbers depend on PARTS only).
+SPLIT, PARTS = 1 << 20, 8
 
 
 class Noise:
@@ -101,10 +105,26 @@ class Noise:
             shape = (n, *d.shape)
             if d.kind == "integers":
                 block[name] = torch.randint(d.high, shape, generator=g, device=device)
+            elif device.type == "cpu" and math.prod(shape) >= SPLIT:
+                block[name] = self._parts(d.kind, shape)
             else:
                 fn = torch.randn if d.kind == "normal" else torch.rand
                 block[name] = fn(shape, generator=g, device=device, dtype=self.dtype)
         return block
+
+    def _parts(self, kind: str, shape: tuple[int, ...]) -> Tensor:
+        """One big CPU draw as PARTS streams, each seeded from the run's generator."""
+        out = torch.empty(shape, dtype=self.dtype)
+        parts = out.view(-1).tensor_split(PARTS)
+        seeds = torch.randint(1 << 62, (PARTS,), generator=self.generator).tolist()
+        fill = Tensor.normal_ if kind == "normal" else Tensor.uniform_
+
+        def draw(i: int) -> None:
+            fill(parts[i], generator=torch.Generator().manual_seed(seeds[i]))
+
+        with ThreadPoolExecutor(min(PARTS, torch.get_num_threads())) as pool:
+            list(pool.map(draw, range(PARTS)))
+        return out
 
     @property
     def left(self) -> int:
@@ -225,9 +245,9 @@ class Kernel(ABC):
 
         ``noise``: the run's ``Noise`` (carry it from call to call: a run's first N steps then
         never depend on how many follow), or a generator, for a stream of this call alone.
-        ``compiled=True`` runs whole blocks of the stream as compiled chunks
-        (``samplers.compiled``; compiled on first use, then reused) and the rest eagerly: the
-        same draws either way, so the trajectories agree to float rounding."""
+        ``compiled=True`` runs the stream's blocks as compiled chunks (``samplers.compiled``;
+        compiled on first use, then reused; a part of a block when ``usable``) and the rest
+        eagerly: the same draws either way, so the trajectories agree to float rounding."""
         if isinstance(noise, torch.Generator):
             noise = self.noise_for(state, target, noise, most=steps)
         chunk = None
@@ -238,7 +258,7 @@ class Kernel(ABC):
         infos = []
         while steps > 0:
             n = min(steps, noise.left or noise.length)
-            if chunk is not None and n == noise.length:
+            if chunk is not None and chunk.usable(n):
                 state, info = chunk(state, noise.take(n))
             else:
                 state, info = self.eager(state, target, noise.take(n), positions)

@@ -5,7 +5,9 @@ target. A ``Chunk`` runs one block of the run's ``Noise`` (``samplers.base``) th
 kernel's own ``step``, compiled with ``torch.compile``: on a CPU as a ``scan`` over the block's
 rows (one graph of one step, looped in C++), on CUDA as the compiled step called once per row
 (its kernels queue without a host sync). It reads the rows the eager loop would read, so both
-paths give the same trajectory up to float rounding.
+paths give the same trajectory up to float rounding. A block's part (a run's tail, a job's first
+block) runs through the same chunk, its rows padded to the block and the padding's steps
+masked out (``usable`` says when that beats stepping eagerly).
 
 A compile takes seconds (a minute with a cold cache on a small machine). ``start`` compiles in a
 background thread, so a run steps eagerly meanwhile and switches when ``ready``.
@@ -91,45 +93,66 @@ class Chunk:
             self.compiled = torch.compile(self._scan, dynamic=False, options=options)
 
     # -- one step as a function of tensors ----------------------------------------------------
-    def _step(self, carry: tuple, noise: dict[str, Tensor]):
+    def _step(self, carry: tuple, noise: dict[str, Tensor], live: Tensor | None = None):
+        """The kernel's step; where ``live`` is False (a padding row of a scan) the carry
+        stays."""
         state = replace(self.template, **dict(zip(self.names, carry, strict=True)))
         new, info = self.kernel.step(state, self.target, noise)
         out = []
-        for value in (getattr(new, n) for n in self.names):
+        for old, value in zip(carry, (getattr(new, n) for n in self.names), strict=True):
+            if live is not None and value is not old:  # an unchanged part needs no mask
+                value = torch.where(live, value, old)
             # scan refuses outputs that alias an input or each other: copy those (small)
             aliased = any(value is v for v in (*carry, *out))
             out.append(value.clone() if aliased else value)
         ys = {"loss": info.loss, "accepted": info.accepted, "diverged": info.diverged.clone()}
         ys.update(info.scalars)
         if self.positions:
-            ys["position"] = new.position.clone()
+            ys["position"] = out[self.names.index("position")].clone()
         return tuple(out), ys
 
-    def _scan(self, carry: tuple, noise: dict[str, Tensor]):
+    def _scan(self, carry: tuple, noise: dict[str, Tensor], live: Tensor):
         keys = list(noise)
         return _scan(
-            lambda c, xs: self._step(c, dict(zip(keys, xs, strict=True))),
+            lambda c, xs: self._step(c, dict(zip(keys, xs[:-1], strict=True)), xs[-1]),
             carry,
-            [noise[k] for k in keys],
+            [*(noise[k] for k in keys), live],
         )
 
-    def _loop(self, carry: tuple, noise: dict[str, Tensor]):
+    def _loop(self, carry: tuple, noise: dict[str, Tensor], rows: int):
         ys = []
-        for t in range(self.length):
+        for t in range(rows):  # a call per row given: no padding
             carry, y = self.step(carry, {k: v[t] for k, v in noise.items()})
             ys.append(y)
         return carry, {k: torch.stack([y[k] for y in ys]) for k in ys[0]}
 
     # -- calls ---------------------------------------------------------------------------------
+    def usable(self, rows: int) -> bool:
+        """Whether ``rows`` steps (at most ``length``) run here rather than eagerly: a whole
+        block, or a part of at least a quarter of one (a compiled step costs several times
+        less than an eager one, so a part's padded steps cost less than its eager ones; a
+        single step stays eager: the first record of a job comes at once)."""
+        return 4 * rows >= self.length
+
     def __call__(self, state: State, noise: dict[str, Tensor]) -> tuple[State, Info]:
-        """One block: ``noise`` holds ``length`` rows of each draw."""
+        """One block: ``noise`` holds at most ``length`` rows of each draw (fewer are padded
+        with zeros, and the padding's steps leave the state as it was)."""
         if self.compiled is None:  # called before ``start``: build it here
             self._build()
+        rows = next(iter(noise.values())).shape[0]
+        if not 0 < rows <= self.length:
+            raise ValueError(f"a chunk of {self.length} steps got {rows} rows of draws")
         carry = _unalias(tuple(getattr(state, n) for n in self.names))
+        if self.loop:
+            live = rows
+        else:
+            live = torch.arange(self.length, device=state.position.device) < rows
+            if rows < self.length:
+                noise = {k: _padded(v, self.length) for k, v in noise.items()}
         with _settings():
-            carry, ys = self.compiled(carry, noise)
+            carry, ys = self.compiled(carry, noise, live)
         state = replace(state, **dict(zip(self.names, carry, strict=True)))
-        ys = dict(ys)
+        ys = {k: v[:rows] for k, v in ys.items()}
         loss, accepted, diverged = ys.pop("loss"), ys.pop("accepted"), ys.pop("diverged")
         return state, Info(loss, accepted, diverged, ys.pop("position", None), ys)
 
@@ -175,6 +198,11 @@ class Chunk:
             )
             for k, d in draws.items()
         }
+
+
+def _padded(rows: Tensor, length: int) -> Tensor:
+    """``rows`` with zero rows after them up to ``length`` (valid draws of every kind)."""
+    return torch.cat([rows, rows.new_zeros((length - rows.shape[0], *rows.shape[1:]))])
 
 
 def _unalias(values: tuple) -> tuple:

@@ -51,8 +51,9 @@ def start(target, kernel, chains=16, seed=0):
 @pytest.mark.slow
 @pytest.mark.parametrize(("target_name", "name", "params"), CASES)
 def test_compiled_and_eager_runs_agree_over_the_first_50_steps(target_name, name, params):
-    """Six compiled blocks of 8 steps and two eager steps against 50 eager steps, from the same
-    seed: every step's position, loss, acceptance, flags and scalars, and the final state."""
+    """Six compiled blocks of 8 steps and the 2 steps left, through the chunk padded to a block,
+    against 50 eager steps, from the same seed: every step's position, loss, acceptance, flags
+    and scalars, and the final state."""
     target, kernel = build(target_name), samplers.make(name, **params)
     runs = []
     for compiled in (False, True):
@@ -111,6 +112,28 @@ def test_the_noise_stream_gives_the_same_numbers_however_its_blocks_are_read():
 
 
 @pytest.mark.slow
+def test_a_big_cpu_draw_is_eight_streams_seeded_from_the_generator_whatever_the_threads():
+    """A draw of 2^20 numbers or more on a CPU: PARTS streams, each seeded by the run's
+    generator, drawn on several threads; the numbers do not depend on how many."""
+    from jobs.worker import torch_threads
+    from samplers.base import PARTS, SPLIT
+
+    draws = {"xi": Draw("normal", (2, SPLIT // 2)), "u": Draw("uniform", (3,))}
+    blocks = []
+    for threads in (1, 2):
+        with torch_threads(threads):
+            blocks.append(Noise(draws, torch.Generator().manual_seed(5), torch.float32, 1).take(1))
+    assert all(torch.equal(blocks[0][k], blocks[1][k]) for k in draws)
+    g = torch.Generator().manual_seed(5)  # the streams rebuilt by hand, in the listed order
+    seeds = torch.randint(1 << 62, (PARTS,), generator=g).tolist()
+    parts = [torch.randn(SPLIT // PARTS, generator=torch.Generator().manual_seed(s)) for s in seeds]
+    assert torch.equal(blocks[0]["xi"].reshape(-1), torch.cat(parts))
+    assert torch.equal(blocks[0]["u"], torch.rand(1, 3, generator=g))  # the stream goes on
+    xi = blocks[0]["xi"].double()  # N(0, 1): mean and variance within 5 standard errors
+    assert abs(float(xi.mean())) < 5 / SPLIT**0.5
+    assert abs(float(xi.var()) - 1) < 5 * (2 / SPLIT) ** 0.5
+
+
 def test_a_paired_compiled_chunk_reports_w0s_loss_on_each_steps_batch():
     """And a run at another w0 reuses the same pairing and compiled chunk, with w0's losses
     rewritten in place: the chunk then reports the new w0's."""
@@ -181,6 +204,29 @@ def test_the_loop_of_compiled_steps_cudas_path_equals_the_eager_steps():
     torch.testing.assert_close(info.position, eager.position, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(got.U, want.U, rtol=1e-9, atol=1e-12)
     assert torch.equal(info.accepted, eager.accepted)
+
+
+@pytest.mark.parametrize("loop", [False, True])
+def test_a_part_of_a_block_through_the_chunk_equals_its_eager_steps(loop):
+    """3 rows of an 8-step chunk: the scan pads them and masks the padding's steps, the loop
+    (CUDA's path) steps 3 times; both are the 3 eager steps, and the state after them."""
+    from samplers.compiled import Chunk
+
+    target, kernel = build("banana"), samplers.make("mala", step_size=0.05)
+    state, noise = start(target, kernel)
+    part = {k: v[:3] for k, v in noise.take(noise.length).items()}
+    chunk = Chunk(kernel, target, state, noise.length, True, loop=loop)
+    assert not chunk.usable(1) and chunk.usable(2) and chunk.usable(8)
+    got, info = chunk(state, part)
+    want, eager = kernel.eager(state, target, part, positions=True)
+    assert info.loss.shape == eager.loss.shape == (3, 16)
+    torch.testing.assert_close(info.position, eager.position, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(info.loss, eager.loss, rtol=1e-9, atol=1e-12)
+    for key, value in vars(want).items():
+        torch.testing.assert_close(getattr(got, key), value, rtol=1e-9, atol=1e-12)
+    assert torch.equal(info.accepted, eager.accepted)
+    with pytest.raises(ValueError, match="chunk of 8 steps got 12 rows"):
+        chunk(state, {k: torch.cat([v, v, v, v[:3]]) for k, v in part.items()})
 
 
 @pytest.mark.slow
