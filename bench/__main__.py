@@ -267,7 +267,7 @@ def llc_bench(args: argparse.Namespace) -> None:
             continue
         r = results[name]
         peer = r["devinterp"] or {}
-        peer_s = peer.get("seconds")
+        peer_s = statistics.median(r["devinterp_s"]) if r["devinterp_s"] else None
         peer_llc = f"{fmt(peer['llc_mean'], 4)} +- {fmt(peer['llc_std'], 2)}" if peer else "-"
         if peer.get("llc_mean_full_init") is not None:
             peer_llc += f" (full-data baseline: {fmt(peer['llc_mean_full_init'], 4)})"
@@ -345,9 +345,12 @@ def llc_bench(args: argparse.Namespace) -> None:
         "",
         f"`python -m bench {shlex.join(sys.argv[1:])}`. Basin: median of {args.repeats} warm "
         "repeats after one cold run, eagerly and with compiled chunks (the cold one with its "
-        "compile), each repeat a fresh `llc.Paired` wrap as an LLC run makes; devinterp: one "
-        "run per case (its "
-        "estimator call). LLC: mean +- SD over chains. Goal (issue 5): devinterp / Basin >= 200 "
+        "compile), each repeat a fresh `llc.Paired` wrap as an LLC run makes; devinterp: its "
+        "estimator call, once per case, and where a run takes under "
+        f"{bench_llc.PEER_TURNS_S:g} s once more in each repeat, taking turns with Basin "
+        "(then the median of its runs; runs per case: "
+        + ", ".join(f"{k} {len(v['devinterp_s'])}" for k, v in results.items() if k != "step_cost")
+        + "). LLC: mean +- SD over chains. Goal (issue 5): devinterp / Basin >= 200 "
         "on normal-crossing at equal or better accuracy; 100K-class DLN step <= 1.2 x a bare "
         "forward + backward; module: agreement within the combined SE, devinterp / Basin >= 10.",
         "",
