@@ -1,28 +1,28 @@
 """Basin in the browser: ``streamlit run app.py``.
 
-The shell only: navigation over views/, the sidebar badge, and the worker pool, which is started
+The shell only: navigation over pages/, the sidebar badge, and the worker pool, which is started
 (or found) here so that every run goes to a worker process, never to this one.
 """
 
 import streamlit as st
 
 import ui
-from jobs.store import StoreError
+from runs.store import StoreError
 
 st.set_page_config(page_title="Basin", page_icon="assets/basin.png", layout="wide")
 
 PAGES = [
     st.Page(
-        "views/playground.py", title="Playground", icon=":material/scatter_plot:", default=True
+        "pages/playground.py", title="Playground", icon=":material/scatter_plot:", default=True
     ),
-    st.Page("views/compare.py", title="Compare", icon=":material/compare:"),
-    st.Page("views/funnel.py", title="Funnel", icon=":material/filter_alt:"),
-    st.Page("views/integrators.py", title="Integrators", icon=":material/show_chart:"),
-    st.Page("views/networks.py", title="Networks & LLC", icon=":material/hub:"),
-    st.Page("views/wide_networks.py", title="Wide networks", icon=":material/width_wide:"),
-    st.Page("views/dln_benchmark.py", title="DLN benchmark", icon=":material/leaderboard:"),
-    st.Page("views/landscape.py", title="Landscape", icon=":material/terrain:"),
-    st.Page("views/runs.py", title="Runs", icon=":material/list:"),
+    st.Page("pages/compare.py", title="Compare", icon=":material/compare:"),
+    st.Page("pages/funnel.py", title="Funnel", icon=":material/filter_alt:"),
+    st.Page("pages/integrators.py", title="Integrators", icon=":material/show_chart:"),
+    st.Page("pages/networks.py", title="Networks & LLC", icon=":material/hub:"),
+    st.Page("pages/wide_networks.py", title="Wide networks", icon=":material/width_wide:"),
+    st.Page("pages/dln_benchmark.py", title="DLN benchmark", icon=":material/leaderboard:"),
+    st.Page("pages/landscape.py", title="Landscape", icon=":material/terrain:"),
+    st.Page("pages/runs.py", title="Runs", icon=":material/list:"),
 ]
 
 try:

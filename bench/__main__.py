@@ -230,9 +230,9 @@ def jobs(args: argparse.Namespace) -> None:
         f"## {stamp}: jobs overhead",
         "",
         f"`python -m bench {shlex.join(sys.argv[1:])}`: bare `kernel.run` in the loop's blocks "
-        f"(`jobs.run.plan`), tracing the positions the spec records (held up to a flush's "
+        f"(`runs.loop.plan`), tracing the positions the spec records (held up to a flush's "
         f"32 MB, then dropped) vs "
-        f"the sampling loop of `jobs.run.execute` into a fresh Store (blocks, records, flushes, "
+        f"the sampling loop of `runs.loop.execute` into a fresh Store (blocks, records, flushes, "
         f"progress); the last column is the whole run (target build, summary with ESS and "
         f"R-hat). Median of {args.repeats}, the sides taking turns "
         f"to go first, each timed from rest ({bench_jobs.SETTLE_S:g} s idle before it); the "

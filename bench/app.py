@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobs.pool import stop_supervisor
-from jobs.store import Store
+from runs.pool import stop_supervisor
+from runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 DENSITY = "chains' last"  # the density figure's title: drawn once a run has records
@@ -297,7 +297,7 @@ def rerun_while_streaming(repeats: int) -> dict:
     try:
         # Submitted through the page, as a user would: 4096 chains x 100000 steps, no burn-in,
         # the page's own choice of thinning.
-        at = AppTest.from_file(str(ROOT / "views" / "playground.py"), default_timeout=120)
+        at = AppTest.from_file(str(ROOT / "pages" / "playground.py"), default_timeout=120)
         at.run()
         at.selectbox(key="pg.target_name").set_value("banana").run()
         at.selectbox(key="pg.sampler_name").set_value("mala").run()

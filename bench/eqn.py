@@ -18,7 +18,7 @@
    of one torch thread each.
 
 Torch runs on one thread in each process, as ``python -m jobs worker`` runs each run on a CPU
-(jobs.worker.default_slots); ``--threads`` changes it for the timing.
+(runs.worker.default_slots); ``--threads`` changes it for the timing.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.store import Store
+from runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 120.0

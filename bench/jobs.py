@@ -1,9 +1,9 @@
 """``python -m bench jobs``: what running through jobs costs over the bare sampler loop.
 
 Both sides run the same spec on the same device after a warm-up (compiled chunks cached): the
-bare side is ``kernel.run`` in the loop's blocks (``jobs.run.plan``), carrying one noise stream
+bare side is ``kernel.run`` in the loop's blocks (``runs.loop.plan``), carrying one noise stream
 and tracing the positions the spec records, held as the jobs loop holds them between flushes
-and then dropped; the jobs side is the sampling loop of ``jobs.run.execute`` into a fresh Store
+and then dropped; the jobs side is the sampling loop of ``runs.loop.execute`` into a fresh Store
 (blocks, records, flushes, progress), and, in the last column, the whole run (building the
 target, the summary). Median of the repeats, each side timed from rest and the two taking turns
 to go first (``SETTLE_S``); the overhead is the median of each repeat's jobs / bare, shown with
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
-from jobs.run import FLUSH_BYTES, execute, plan, projection
-from jobs.spec import build, estimate, parse_spec
-from jobs.store import Store
+from runs.loop import FLUSH_BYTES, execute, plan, projection
+from runs.spec import build, estimate, parse_spec
+from runs.store import Store
 
 CASES = {
     "banana-sgld": {

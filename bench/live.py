@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobs.spec import parse_spec
-from jobs.store import Store
+from runs.spec import parse_spec
+from runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 POLL_S = 0.02  # the store is read this often (the page polls every 0.25-0.5 s)

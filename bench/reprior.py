@@ -3,7 +3,7 @@ and 4; reference 002, Hron et al. 2022).
 
 1. Speed (run first): time a step of reprior-lmc on ntk-fcn, standard against reprior, at
    widths 8, 32, 128 (n = 16, depth 1, 2 chains, float64, CPU, one torch thread). Target and
-   kernel are the ESS study's own (``jobs.spec.build`` of its RunSpecs); both start from the
+   kernel are the ESS study's own (``runs.spec.build`` of its RunSpecs); both start from the
    same phi_0 and run WARM steps (the step-size warm-up included) before the clock starts; then
    the two take turns, ``repeats`` times, each turn ``kernel.run(state, target, noise, TIMED)``
    (the bare step: gradient, proposal, MH test, adaptation; no records). The whole run's cost a
@@ -12,11 +12,11 @@ and 4; reference 002, Hron et al. 2022).
    Goal (issue 42): the repriorised step at most 3x the standard one (the reference: 1.7-2.9x).
 2. ESS (reference 002 section 5's setting): n = 16, depth 1, sigma 0.1, beta 0.1, 1000 warm-up
    (adapting each chain's step toward acceptance 0.9, kept as burn-in) + 3000 steps with MH,
-   thinning 1, float64; ``jobs.sweep.reprior_specs`` at widths 8, 32, 128, both
+   thinning 1, float64; ``studies.sweep.reprior_specs`` at widths 8, 32, 128, both
    parametrisations, run in-process into a temporary store; the sweep's own results
    (``reprior_results``) and each chain's numbers from the records (Basin's 2 chains of a run
    stand for the reference's 2 seeds: each chain adapts its own step).
-3. KL(q || p) from 1000 prior draws (``jobs.wide.kl_table``), n = 32, depth 1 at widths 8 to
+3. KL(q || p) from 1000 prior draws (``studies.wide.kl_table``), n = 32, depth 1 at widths 8 to
    2048 and depth 2 at 8 to 512 (depth 2 at 2048 takes minutes: skipped).
 
 Torch runs on one thread (reference 002 section 5, item 7: with two threads the small Cholesky
@@ -34,13 +34,13 @@ import time
 import numpy as np
 import torch
 
-from jobs import sweep
-from jobs.run import execute
-from jobs.spec import build
-from jobs.store import Store
-from jobs.wide import kl_table
-from jobs.worker import torch_threads
+from runs.loop import execute
+from runs.spec import build
+from runs.store import Store
+from runs.worker import torch_threads
 from samplers import diagnostics
+from studies import sweep
+from studies.wide import kl_table
 
 WIDTHS = (8, 32, 128)
 N, DEPTH, CHAINS, WARMUP, STEPS = 16, 1, 2, 1000, 4000  # STEPS counts the warm-up
@@ -231,7 +231,7 @@ def ess_lines(s: dict) -> list[str]:
         lines.append(f"| {width} | ref. 002 | " + " | ".join(ref) + f" | {REFERENCE_ACCEPT} |")
     lines += [
         "",
-        "As the sweep reports them (``jobs.sweep.reprior_results``: per-step ESS min / mean / "
+        "As the sweep reports them (``studies.sweep.reprior_results``: per-step ESS min / mean / "
         "max over the projections, each the mean over the chains; the summary's mean "
         "acceptance probability and step; the run's sampling seconds, records included):",
         "",
@@ -300,7 +300,7 @@ def kl_study(draws: int) -> list[dict]:
 
 def kl_lines(rows: list[dict], draws: int) -> list[str]:
     lines = [
-        f"KL(q || p) from {draws} prior draws (``jobs.wide.kl_table``, seed 0), n = {KL_N}, "
+        f"KL(q || p) from {draws} prior draws (``studies.wide.kl_table``, seed 0), n = {KL_N}, "
         "synthetic data: in phi (repriorised: the Jensen gap of the GP marginal likelihood) and "
         "in theta (standard); std(log Z) over the draws. Depth 2 at width 2048 skipped (minutes "
         "on this machine).",

@@ -6,8 +6,8 @@
    39): Monge within 1.3x of identity, Shampoo within 2.5x.
 2. The funnel reproduction through ``python -m jobs run`` (the user's path: a run with its
    compile, records and store), 32 chains x 2e5 steps, 10% burn-in, per metric: seconds and the
-   tail table beside the paper's reproduced values (jobs.funnel). Goal: under 60 s a metric.
-3. Digits, both priors, every metric at its tuned learning rate (jobs.digits): test ensemble
+   tail table beside the paper's reproduced values (studies.funnel). Goal: under 60 s a metric.
+3. Digits, both priors, every metric at its tuned learning rate (studies.digits): test ensemble
    log p, accuracy, ECE, confidence and curvature, mean +- sd over seeds.
 """
 
@@ -27,8 +27,8 @@ import torch
 
 import landscapes
 import samplers
-from jobs import digits, funnel
-from jobs.store import Store
+from runs.store import Store
+from studies import digits, funnel
 
 METRICS = ("identity", "rmsprop", "wenzel", "monge", "shampoo")
 ROOT = Path(__file__).resolve().parent.parent

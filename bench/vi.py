@@ -45,8 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def sweep(hidden: int, ns, epochs: int) -> dict:
     """One n-scan through the CLI, timed, with the ETAs the store showed along the way."""
-    from jobs import sweep as sweeps
-    from jobs.store import Store
+    from runs.store import Store
+    from studies import sweep as sweeps
 
     home = tempfile.mkdtemp(prefix="basin-bench-vi-")
     env = {**os.environ, "BASIN_HOME": home, "PYTHONPATH": str(ROOT)}

@@ -1,7 +1,7 @@
 """LLC figures: the live estimate, training and chain traces, the calibration grid and the DLN
 benchmark's plots (reference 000, Figs 3 and 5-8).
 
-Inputs are what the store and ``jobs.sweep`` hand out: arrays with chains on the last axis
+Inputs are what the store and ``studies.sweep`` hand out: arrays with chains on the last axis
 (NaN for a chain that diverged or before the burn-in ends), calibration cells and DLN metrics
 as the dicts of ``calibration_results`` and ``dln_results``. None means "not known yet".
 """
@@ -299,7 +299,7 @@ def calibration_grid(
 
 
 # ---------------------------------------------------------------------------------------------
-# DLN benchmark (reference 000, Figs 3, 5-8): ``metrics`` rows of ``jobs.sweep.dln_results``.
+# DLN benchmark (reference 000, Figs 3, 5-8): ``metrics`` rows of ``studies.sweep.dln_results``.
 
 
 def _note_when_empty(fig: go.Figure, note: str) -> go.Figure:
@@ -435,7 +435,7 @@ def order_preservation_figure(metrics: Sequence[Mapping]) -> go.Figure:
 
 
 # ---------------------------------------------------------------------------------------------
-# The LLC over training: ``cells`` of ``jobs.sweep.checkpoint_results``.
+# The LLC over training: ``cells`` of ``studies.sweep.checkpoint_results``.
 
 LOSS_COLOR = "#7f7f7f"
 WARN_COLOR = "#ff9f1c"

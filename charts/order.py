@@ -2,7 +2,7 @@
 <virial> or <K> against the step size on log-log axes, one colour per integrator, with each
 one's fitted line and slope, and guide lines of slope 1 and 2.
 
-Inputs are ``jobs.sweep.order_results``'s cells and fits; a cell not finished yet is absent.
+Inputs are ``studies.sweep.order_results``'s cells and fits; a cell not finished yet is absent.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from plotly.colors import qualitative
 from charts.style import FONT, LEGEND
 
 PALETTE = qualitative.Plotly
-NOISE_FLOOR = 2.0  # as jobs.sweep.NOISE_FLOOR: a point within 2 SE of zero is drawn hollow
+NOISE_FLOOR = 2.0  # as studies.sweep.NOISE_FLOOR: a point within 2 SE of zero is drawn hollow
 LABELS = {"virial": "⟨w · ∇U⟩", "kinetic": "⟨K⟩"}
 
 

@@ -1,7 +1,7 @@
 """Figures of the variational n-scan (reference 004): each fit's objective against its epochs,
 and -Psi against log n with the fitted slope beside the exact -log Z_bar and the true lambda.
 
-Inputs are what ``jobs.vi.results`` returns: cells (n, source, status, psi, psi_se, log_z_bar,
+Inputs are what ``runs.vi.results`` returns: cells (n, source, status, psi, psi_se, log_z_bar,
 curve {"epoch", "objective"} or None), slopes {source: {slope, slope_se, intercept} or None},
 log_z_bar_fit and true_lc. A value that is None or not finite is left out, never drawn as 0.
 """

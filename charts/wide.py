@@ -2,9 +2,9 @@
 (Fig. 7 left), acceptance and adapted step per cell, posterior slices in theta and in phi
 (Fig. 5), and the KL of the posterior from the prior against width (section 5).
 
-Inputs are what ``jobs.sweep.reprior_results`` (cells: width, parametrisation, status, ess
-{"theta", "f": {min, mean, max, draws} or None}, acceptance, step), ``jobs.wide.slices`` and
-``jobs.wide.kl_table`` return. A value that is None, NaN or not positive (on a log axis) is left
+Inputs are what ``studies.sweep.reprior_results`` (cells: width, parametrisation, status, ess
+{"theta", "f": {min, mean, max, draws} or None}, acceptance, step), ``studies.wide.slices`` and
+``studies.wide.kl_table`` return. A value that is None, NaN or not positive (on a log axis) is left
 out of a figure, never drawn as zero.
 """
 
@@ -236,7 +236,7 @@ def _span(z) -> str:
 
 
 def slice_figure(s: Mapping, shared: bool = False, quantile: float = CLIP_QUANTILE) -> go.Figure:
-    """The two 2-D slices of ``jobs.wide.slices`` side by side: −log p minus its value at the
+    """The two 2-D slices of ``studies.wide.slices`` side by side: −log p minus its value at the
     centre, on the plane (a, b) through the run's last draw, in θ (left) and in φ (right).
 
     Colours run from the smallest value to the ``quantile`` (``clipped``), by the same rule in
@@ -358,7 +358,7 @@ def slice_line_figure(s: Mapping) -> go.Figure:
 
 
 def kl_figure(rows: Sequence[Mapping]) -> go.Figure:
-    """KL(q ‖ p) of the posterior from the prior against width, log-log (``jobs.wide.kl_table``
+    """KL(q ‖ p) of the posterior from the prior against width, log-log (``studies.wide.kl_table``
     rows): in φ (``reprior``, falls toward 0 as the width grows: Thm 2.1) and in θ
     (``standard``, stays put: Prop. 2.3)."""
     fig = go.Figure()

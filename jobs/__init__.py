@@ -1,5 +1,3 @@
-"""Background runs: the validated RunSpec, the run loop, the embedded Store, workers and the CLI.
-
-The one path by which both the app and the command line run anything (DESIGN.md, "jobs").
-Importing it changes nothing outside Basin: no environment, allocator or torch settings.
+"""``python -m jobs``: the command line's entry point, kept as the command users type.
+The command line itself lives in ``cli``; the engine in ``runs``; the experiments in ``studies``.
 """

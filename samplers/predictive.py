@@ -24,7 +24,7 @@ kept steps across C chains) and keeps running sums on the draws' device, per cha
 log-sum-exp of log p(y_n | x_n, theta) ([C, N]), the summed probabilities ([C, N, classes]) and
 the single draws' log-likelihood ([C]), and the few draws the curvature will use. ``result``
 combines the chains a run kept (those that did not diverge) into the metrics. ``metrics`` is the
-same over all draws at once. No Streamlit here: the run's "predictive" observable (jobs.observe)
+same over all draws at once. No Streamlit here: the run's "predictive" observable (runs.observe)
 and the CLI use this module.
 """
 

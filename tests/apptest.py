@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from jobs.pool import stop_supervisor
-from jobs.store import Store
+from runs.pool import stop_supervisor
+from runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 120  # the first run of a page imports torch and may compile
@@ -28,8 +28,8 @@ def home(tmp_path, monkeypatch):
 
 
 def page(name: str) -> AppTest:
-    """An AppTest of ``views/<name>.py``, run once."""
-    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=TIMEOUT)
+    """An AppTest of ``pages/<name>.py``, run once."""
+    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
     return at.run()
 
 
@@ -79,8 +79,8 @@ def figures(at: AppTest) -> dict[str, dict]:
 def run_queued(home: Path) -> Store:
     """Execute the store's runs here, in turn, without compiling (no worker pool): a page's
     submitted runs, finished for the test."""
-    from jobs.run import execute
-    from jobs.spec import parse_spec
+    from runs.loop import execute
+    from runs.spec import parse_spec
 
     store = Store(home)
     for run in store.list():

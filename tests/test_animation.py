@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from charts import animation
-from jobs.run import ANIMATED_CHAINS, execute
-from jobs.spec import parse_spec
-from jobs.store import Store
+from runs.loop import ANIMATED_CHAINS, execute
+from runs.spec import parse_spec
+from runs.store import Store
 
 
 def run(home, sampler: str, params: dict, animate: int, chains: int = 12, steps: int = 300):

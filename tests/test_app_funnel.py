@@ -11,10 +11,10 @@ from apptest import array, errors, figures, page
 
 import charts
 import landscapes
-from jobs import funnel, report
-from jobs.run import execute
-from jobs.spec import parse_spec
-from jobs.store import Store
+from runs.loop import execute
+from runs.spec import parse_spec
+from runs.store import Store
+from studies import funnel, report
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from apptest import errors, page  # `home` is a fixture from conftest.py
 
 import landscapes
 import ui
-from jobs import report
-from jobs.spec import estimate, parse_spec
-from jobs.store import Store
 from landscapes.formula import normalisable
+from runs.spec import estimate, parse_spec
+from runs.store import Store
+from studies import report
 from ui.widgets import plain
 
 FIX = "Fix the fields marked above first; nothing was queued."

@@ -9,7 +9,7 @@ import pytest
 from apptest import errors, page, wait_for_runs
 
 import charts
-from jobs.store import Store
+from runs.store import Store
 
 
 def cell(sampler, h, error, se):

@@ -16,10 +16,10 @@ import pytest
 from apptest import errors, home, page  # noqa: F401
 
 from charts import table
-from jobs import surface as surfaces
-from jobs.run import execute
-from jobs.spec import parse_spec
-from jobs.store import Store
+from runs.loop import execute
+from runs.spec import parse_spec
+from runs.store import Store
+from studies import surface as surfaces
 
 BANANA = {
     "target": {"name": "banana"},

@@ -15,10 +15,10 @@ import torch
 from apptest import array, errors, figures, page, run_queued  # `home`: a conftest fixture
 
 from examples import digits_mlp
-from jobs import sweep as sweeps
-from jobs.store import Store
-from jobs.worker import torch_threads
 from landscapes import ParamError
+from runs.store import Store
+from runs.worker import torch_threads
+from studies import sweep as sweeps
 from ui import models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

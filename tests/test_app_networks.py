@@ -15,9 +15,9 @@ from apptest import errors, page, wait_for_runs
 import charts
 import landscapes
 import samplers
-from jobs import sweep as sweeps
-from jobs.spec import LLCOptions
-from jobs.store import Store
+from runs.spec import LLCOptions
+from runs.store import Store
+from studies import sweep as sweeps
 
 NETWORKS = [n for n, s in landscapes.REGISTRY.items() if s.kind == "network"]
 GRADIENT = [n for n, s in samplers.REGISTRY.items() if s.kind == "sgmcmc"]
@@ -150,8 +150,8 @@ def test_llc_run_shows_the_stores_estimate(home):
 def test_a_classification_run_shows_its_posterior_predictive_metrics(home, monkeypatch):
     """The checkbox (classification networks only) adds the "predictive" observable; the
     finished run's metrics are the summary's, each with what it means."""
-    from jobs.run import execute
-    from jobs.spec import parse_spec
+    from runs.loop import execute
+    from runs.spec import parse_spec
 
     monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # the run is executed here
     at = small_rrr(page("networks"))

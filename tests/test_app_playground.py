@@ -15,8 +15,8 @@ from apptest import errors, page, run_queued, verdicts, wait_for_runs  # `home`:
 import charts
 import landscapes
 import samplers
-from jobs.store import Store
 from landscapes import Spec
+from runs.store import Store
 from samplers.explain import EXPLAIN, explain
 
 WIDGETS = ("text_input", "number_input", "checkbox", "selectbox")
@@ -259,7 +259,7 @@ def test_compare_runs_each_sampler_on_one_budget(home):
 
 
 def test_views_read_an_even_subsample_of_the_draws_after_burn_in():
-    from jobs.report import even_sample
+    from studies.report import even_sample
 
     rng = np.random.default_rng(0)
     position = rng.normal(size=(1000, 8, 2))
@@ -276,7 +276,7 @@ def test_views_read_an_even_subsample_of_the_draws_after_burn_in():
 
 
 def test_the_ks_bound_counts_no_more_effective_draws_than_the_sample_tested_has():
-    from jobs.report import ks_bound
+    from studies.report import ks_bound
 
     c = math.sqrt(-math.log(0.001 / 2) / 2)  # the Kolmogorov quantile at alpha = 0.001
     # a run with an ESS of 10^6 whose KS distance is taken on an even subsample of 10^5 draws
@@ -287,7 +287,7 @@ def test_the_ks_bound_counts_no_more_effective_draws_than_the_sample_tested_has(
 
 
 def test_runs_keep_at_most_twenty_million_draws_unless_told():
-    from jobs.report import auto_thin
+    from studies.report import auto_thin
 
     assert auto_thin(32, 2000) == 1 and auto_thin(2000, 10_000) == 1  # 2e7 draws: all kept
     assert auto_thin(2001, 10_000) == 2 and auto_thin(4096, 100_000) == 21  # ceil(20.48)
@@ -296,7 +296,7 @@ def test_runs_keep_at_most_twenty_million_draws_unless_told():
 def test_compare_offers_sgrld_s_metrics_and_labels_them_apart(home, monkeypatch):
     """Two runs of one sampler (sgrld in two metrics) are two entries, two histograms, two
     traces and two table rows: keyed by the sampler's name, the second overwrote the first."""
-    from jobs import report
+    from studies import report
 
     monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # the runs are executed here
     at = page("compare")

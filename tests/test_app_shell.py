@@ -12,13 +12,13 @@ from apptest import ROOT, errors
 from streamlit.testing.v1 import AppTest
 
 import landscapes
-from jobs.pool import supervisor_pid
-from jobs.store import Store
+from runs.pool import supervisor_pid
+from runs.store import Store
 from ui.widgets import plain
 
 FRONT = [
     ROOT / "app.py",
-    *sorted((ROOT / "views").glob("*.py")),
+    *sorted((ROOT / "pages").glob("*.py")),
     *sorted((ROOT / "ui").glob("*.py")),
 ]
 
@@ -47,8 +47,8 @@ def test_a_store_home_that_cannot_be_used_is_named_not_raised(tmp_path, monkeypa
 
 def test_every_page_is_reachable_from_the_navigation(home):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-    for page in sorted((ROOT / "views").glob("*.py")):
-        at.switch_page(f"views/{page.name}").run()
+    for page in sorted((ROOT / "pages").glob("*.py")):
+        at.switch_page(f"pages/{page.name}").run()
         assert not errors(at), (page.name, errors(at))
 
 
@@ -62,7 +62,7 @@ def test_a_pages_setup_outlives_a_visit_to_another_page(home, monkeypatch):
     at.text_input(key="pg.sampler.mala.step_size").input("0.3").run()
     at.text_input(key="pg.chains").input("16").run()
     for page in ("runs", "networks", "playground"):
-        at.switch_page(f"views/{page}.py").run()
+        at.switch_page(f"pages/{page}.py").run()
         assert not errors(at), (page, errors(at))
     assert at.selectbox(key="pg.target_name").value == "banana"
     assert at.selectbox(key="pg.sampler_name").value == "mala"

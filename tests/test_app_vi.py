@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from apptest import array, errors, figures, page, run_queued  # `home`: a conftest fixture
 
-from jobs.store import Store
-from jobs.worker import torch_threads
+from runs.store import Store
+from runs.worker import torch_threads
 
 NS = (200, 400, 800)
 EPOCHS = 6

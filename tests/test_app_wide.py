@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from apptest import array, errors, figures, page, run_queued  # `home`: a conftest fixture
 
-from jobs import sweep as sweeps
-from jobs import wide
-from jobs.store import Store
+from runs.store import Store
+from studies import sweep as sweeps
+from studies import wide
 
 FLAG = "**width "  # a study's own verdict lines start so: the runs' result, not a page error
 
@@ -110,7 +110,7 @@ def test_a_small_study_runs_and_the_page_shows_its_numbers(home, no_workers):
     for r in result["ratios"]:
         assert (f"**width {r['width']}**" in amber) == (min(r["f"], r["theta"]) <= 1), amber
 
-    # posterior slices through the first finished run, the numbers jobs.wide.slices computes
+    # posterior slices through the first finished run, the numbers studies.wide.slices computes
     run_id = at.selectbox(key="wide.slice.run").value
     cell = next(c for c in result["cells"] if c["run_id"] == run_id)
     s = wide.slices(store, run_id, grid=41, half_width=1.0)

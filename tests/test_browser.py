@@ -126,8 +126,8 @@ def test_a_run_opened_on_the_runs_page_stays_open_when_its_status_changes(
 ):
     """The browser matches a multiselect's selection on its labels: with the status in the
     label, a run that finished or was cancelled closed under the user's eyes."""
-    from jobs.spec import parse_spec
-    from jobs.store import Store
+    from runs.spec import parse_spec
+    from runs.store import Store
 
     store = Store(tmp_path / "store")  # the server's (browser.server)
     spec = {"target": {"name": "banana"}, "sampler": {"name": "mala"}, "steps": 20_000_000}

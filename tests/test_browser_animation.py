@@ -11,7 +11,7 @@ from browser import browser_page, screenshot, server  # noqa: F401  (fixtures)
 from playwright.sync_api import expect
 from test_browser import LOAD_MS, RUN_MS, assert_clean, choose, settle
 
-from jobs.store import Store
+from runs.store import Store
 
 
 def frame_of(player) -> int:

@@ -69,7 +69,7 @@ JSON_CASES = {
 
 
 def _main(argv: list[str]) -> tuple[int, str]:
-    from jobs.__main__ import main
+    from cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):

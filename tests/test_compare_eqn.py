@@ -10,9 +10,9 @@ from apptest import array, errors, figures, page, run_queued  # `home`: a confte
 
 import charts
 import landscapes
-from jobs import report
-from jobs.store import Store
+from runs.store import Store
 from samplers import diagnostics
+from studies import report
 from ui import plain
 
 PHI = np.array([0.9, 0.6, 0.0])  # AR(1) coefficients: tau = (1 + phi) / (1 - phi) = 19, 4, 1

@@ -115,7 +115,7 @@ def test_the_noise_stream_gives_the_same_numbers_however_its_blocks_are_read():
 def test_a_big_cpu_draw_is_eight_streams_seeded_from_the_generator_whatever_the_threads():
     """A draw of 2^20 numbers or more on a CPU: PARTS streams, each seeded by the run's
     generator, drawn on several threads; the numbers do not depend on how many."""
-    from jobs.worker import torch_threads
+    from runs.worker import torch_threads
     from samplers.base import PARTS, SPLIT
 
     draws = {"xi": Draw("normal", (2, SPLIT // 2)), "u": Draw("uniform", (3,))}

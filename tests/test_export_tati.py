@@ -2,7 +2,7 @@
 
 Every value is checked against a quantity derived here from the store's records and the
 target's formulas (the loss written out by hand, its gradient by torch.autograd), not from
-``jobs.tati``."""
+``studies.tati``."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import landscapes
-from jobs.run import execute
-from jobs.spec import SpecError, parse_spec
-from jobs.store import Store
+from runs.loop import execute
+from runs.spec import SpecError, parse_spec
+from runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 THIN, BURN = 2, 60
@@ -83,7 +83,7 @@ def runs(tmp_path_factory):
 
 
 def _export(store: Store, run_id: str, folder: Path, every_nth: int = 1) -> dict:
-    from jobs import tati
+    from studies import tati
 
     paths = tati.export(store, run_id, folder, every_nth)
     assert [p.name for p in paths] == ["run.csv", "trajectory.csv", "averages.csv"]
@@ -237,7 +237,7 @@ def test_runs_without_full_positions_are_refused_naming_the_field(runs, tmp_path
 
 
 def test_cli_writes_the_three_files_and_names_bad_input(runs, tmp_path, capsys, monkeypatch):
-    from jobs.__main__ import main
+    from cli.main import main
 
     home, _, ids = runs
     out = tmp_path / "made" / "here"  # created, parents too

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from apptest import ROOT, errors, page, wait_for_runs
 
-from jobs import pool
-from jobs.spec import parse_spec
-from jobs.store import Store
+from runs import pool
+from runs.spec import parse_spec
+from runs.store import Store
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 QUICK = {

@@ -9,9 +9,9 @@ import sqlite3
 import threading
 import time
 
-from jobs import worker
-from jobs.spec import parse_spec
-from jobs.store import Store
+from runs import worker
+from runs.spec import parse_spec
+from runs.store import Store
 
 SPEC = {
     "target": {"name": "banana"},
@@ -68,8 +68,8 @@ def test_the_heartbeat_rides_out_a_full_disk_without_a_traceback(tmp_path, monke
 def test_the_disk_check_counts_what_queued_runs_will_write(tmp_path, monkeypatch):
     """Room on the disk for one run: the first is accepted, and a second, while the first is
     still queued, is refused, the space being promised to it."""
-    from jobs import spec as specs
-    from jobs.spec import SpecError, check_budget, estimate
+    from runs import spec as specs
+    from runs.spec import SpecError, check_budget, estimate
 
     monkeypatch.setenv("BASIN_HOME", str(tmp_path))
     big = parse_spec({**SPEC, "steps": 200_000})

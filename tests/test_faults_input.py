@@ -20,10 +20,10 @@ import pytest
 import torch
 
 import landscapes
-from jobs.__main__ import main
-from jobs.spec import SpecError, check_budget, estimate, parse_spec
-from jobs.store import Store
+from cli.main import main
 from landscapes import ParamError, registry
+from runs.spec import SpecError, check_budget, estimate, parse_spec
+from runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30
@@ -32,7 +32,7 @@ GiB = 2**30
 # process reported that process's size (725 MB late in the suite)
 CHILD = """
 import json, resource, sys, time
-from jobs.__main__ import main
+from cli.main import main
 start = time.perf_counter()
 
 def peak_mb():

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from test_jobs import cli
 
-from jobs.spec import parse_spec
-from jobs.store import CorruptRecords, DamagedStore, Store
+from runs.spec import parse_spec
+from runs.store import CorruptRecords, DamagedStore, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAINS, DIM = 3, 4
@@ -31,7 +31,7 @@ SPEC = parse_spec(
 
 def jobs(home: Path, monkeypatch, *argv: str) -> int:
     """The CLI in this process (faster than a subprocess where a crash is not the question)."""
-    from jobs.__main__ import main
+    from cli.main import main
 
     monkeypatch.setenv("BASIN_HOME", str(home))
     return main(list(argv))

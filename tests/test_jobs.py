@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import landscapes
-from jobs.store import Store
+from runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -256,8 +256,8 @@ def test_two_concurrent_runs_and_a_polling_reader_never_see_a_torn_chunk(tmp_pat
 
 def in_process(home: Path, sampler: str, params: dict, **spec) -> tuple[dict, dict]:
     """A banana run executed in this process: (summary, every record)."""
-    from jobs.run import execute
-    from jobs.spec import parse_spec
+    from runs.loop import execute
+    from runs.spec import parse_spec
 
     spec = {"target": {"name": "banana"}, "sampler": {"name": sampler, "params": params}, **spec}
     store = Store(home)
@@ -312,7 +312,7 @@ def test_diagnosed_chains(chains, draws, diagnosed):
 
 
 def clear_built():
-    from jobs.spec import _built_kernel, _built_target
+    from runs.spec import _built_kernel, _built_target
 
     _built_target.cache_clear()
     _built_kernel.cache_clear()
@@ -352,7 +352,7 @@ def test_a_runs_first_steps_are_the_same_whatever_its_length_and_path(tmp_path):
 
 
 def test_an_auto_run_switches_to_the_compiled_chunk_once_it_is_ready(tmp_path, monkeypatch):
-    from jobs import run
+    from runs import loop as run
 
     clear_built()
     params, spec = {"step_size": 0.1}, {"chains": 16, "steps": 1200}
@@ -375,7 +375,7 @@ def test_flushes_at_every_block_give_the_records_of_one_flush(tmp_path, monkeypa
     every 0.5 s, one chunk a piece; a failed append fails the run with its error."""
     import sqlite3
 
-    from jobs import run
+    from runs import loop as run
 
     spec = {"chains": 16, "steps": 300, "thin": 1, "compile": "never"}
     _, once = in_process(tmp_path / "a", "mala", {"step_size": 0.1}, **spec)
@@ -410,7 +410,7 @@ def test_flushes_at_every_block_give_the_records_of_one_flush(tmp_path, monkeypa
     ],
 )
 def test_the_block_plan_follows_the_noise_blocks(steps, length, flush_every, blocks):
-    from jobs.run import plan
+    from runs.loop import plan
 
     assert list(plan(steps, length, flush_every)) == blocks
 
@@ -418,7 +418,7 @@ def test_the_block_plan_follows_the_noise_blocks(steps, length, flush_every, blo
 def test_progress_is_reported_twice_a_second_however_often_records_flush(tmp_path, monkeypatch):
     """Flushes at every block report progress at the first block, every FLUSH_SECONDS and at the
     end, not at each flush (a SQLite commit each); a spec's own flush_every reports at each."""
-    from jobs import run
+    from runs import loop as run
 
     reports = []
     set_progress = Store.set_progress
@@ -443,7 +443,7 @@ def test_progress_is_reported_twice_a_second_however_often_records_flush(tmp_pat
 def test_the_eta_follows_the_sampling_rate_not_the_time_spent_building(tmp_path, monkeypatch):
     # a target that takes 2 s to build (a dataset, a compile, a training): counted from the
     # start, the first report's rate made a 0.1 s remainder an ETA of seconds
-    from jobs import run
+    from runs import loop as run
 
     build = run.build
     monkeypatch.setattr(run, "build", lambda spec: (time.sleep(2.0), build(spec))[1])
@@ -464,8 +464,8 @@ def test_the_eta_follows_the_sampling_rate_not_the_time_spent_building(tmp_path,
 def test_snapshots_are_the_full_positions_at_every_strideth_step(tmp_path):
     """A projected run keeps the full position every ``snapshot_stride``-th step: the positions
     a run of the same seed records in full at those steps, and its records their projection."""
-    from jobs.run import execute
-    from jobs.spec import parse_spec
+    from runs.loop import execute
+    from runs.spec import parse_spec
 
     spec = {
         "target": {"name": "mlp", "params": {"hidden_sizes": [4]}},  # d = 310: projected
@@ -501,11 +501,11 @@ def test_momentum_kernels_record_their_scalars_per_step(tmp_path):
     assert summary["scalars"]["kinetic"] == pytest.approx(float(data["kinetic"].mean()), rel=1e-6)
 
 
-# -- the CLI's edges, in this process (jobs.__main__.main): each answer names what was wrong --
+# -- the CLI's edges, in this process (cli.main.main): each answer names what was wrong --
 
 
 def main(home: Path, *argv: str) -> int:
-    from jobs.__main__ import main as jobs_main
+    from cli.main import main as jobs_main
 
     os.environ["BASIN_HOME"] = str(home)  # the caller's monkeypatch restores it
     return jobs_main(list(argv))
@@ -636,8 +636,8 @@ def test_the_summarys_draws_hold_only_their_own_bytes(tmp_path, monkeypatch):
     """The draws kept for ESS and R-hat (the first chains) must not keep each block's every
     chain alive: a view did, and a 1.1 GB store's run peaked at 1.19 GB resident (0.56 GB
     after). Each kept tensor's storage is exactly its [draws, k, d] float32 bytes."""
-    from jobs import run as runs
-    from jobs.spec import parse_spec
+    from runs import loop as runs
+    from runs.spec import parse_spec
 
     kept = []
     summary = runs.Recorder.summary
@@ -662,7 +662,7 @@ def test_the_summarys_draws_hold_only_their_own_bytes(tmp_path, monkeypatch):
 def test_a_supervisor_owned_by_an_app_stops_with_it_and_its_run_ends_interrupted(tmp_path):
     """What the app's pool does (``ensure_supervisor(owned=True)``): the supervisor watches the
     process that started it and, once that is gone, stops its workers as on Ctrl-C."""
-    from jobs.pool import _started
+    from runs.pool import _started
 
     home = tmp_path
     run_id = cli(home, "submit", *LONG, "--chains", "8", "--steps", "2000000").stdout.strip()

@@ -11,9 +11,9 @@ import torch
 from test_jobs import cli
 
 import landscapes
-from jobs.spec import parse_spec
-from jobs.store import Store
-from jobs.sweep import _curve
+from runs.spec import parse_spec
+from runs.store import Store
+from studies.sweep import _curve
 
 
 def run_json(home, *args: str) -> dict:
@@ -79,7 +79,7 @@ def test_cli_llc_trains_w0_records_it_and_streams_live_signals(tmp_path):
 
 
 def test_a_cancel_during_training_stops_it_and_reports_no_estimate(tmp_path):
-    from jobs.run import execute
+    from runs.loop import execute
 
     store = Store(tmp_path)
     spec = parse_spec(
@@ -166,7 +166,7 @@ def test_sweep_refuses_a_class_over_the_memory_budget(tmp_path, monkeypatch):
 
 
 def test_order_preservation_counts_pairs():
-    from jobs.sweep import order_preservation
+    from studies.sweep import order_preservation
 
     true = np.array([1.0, 2.0, 3.0, 4.0])
     assert order_preservation(true, np.array([1.1, 2.5, 2.4, 5.0])) == pytest.approx(5 / 6)

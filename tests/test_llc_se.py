@@ -7,11 +7,11 @@ minibatch at each step, the shared batch noise moves all chains together. Their 
 then correlated, and SD / sqrt(C) understates the error. This test repeats the run R times with
 independent seeds and compares the spread of the R estimates with the SE the runs report.
 
-The path is the one an LLC run takes (jobs.observe): the kernel is wrapped in
+The path is the one an LLC run takes (runs.observe): the kernel is wrapped in
 ``llc.Paired(kernel, target, w0)``, every chain starts at w0 = target.w0, the baseline is
 L0 = target.full_loss(w0)[0], each step's loss is paired with w0's loss on the same batch
 (``llc.paired_losses``), and the estimate is ``llc.estimate``. Localization is 1, the value
-jobs.spec._llc_defaults gives an LLC run on a network, and nbeta is the target's default
+runs.spec._llc_defaults gives an LLC run on a network, and nbeta is the target's default
 (n / log n).
 
 Target: the polynomial network with powers = (2,), y = x w^2 + noise, a normal crossing
@@ -40,7 +40,7 @@ from samplers import llc
 
 POWERS = (2,)
 STEP_SIZE = 3e-4  # ~25 steps to relax in the quartic well (curvature ~270 at its typical w)
-LOCALIZATION = 1.0  # jobs.spec._llc_defaults: an LLC run on a network
+LOCALIZATION = 1.0  # runs.spec._llc_defaults: an LLC run on a network
 BATCH = 10
 CHAINS = 64  # chains cost next to nothing here; more of them amplify a shared error
 STEPS, BURN_IN = 1000, 250  # ~40 relaxation times; the app's own runs drop a quarter of theirs
@@ -62,7 +62,7 @@ BAND = (math.exp(-3 * SIGMA), math.exp(3 * SIGMA))
 
 
 def llc_run(target: landscapes.Target, batch_size: int | None, seed: int) -> llc.Estimate:
-    """One LLC run of CHAINS chains, estimated as jobs.observe estimates it."""
+    """One LLC run of CHAINS chains, estimated as runs.observe estimates it."""
     w0 = target.w0.to(target.dtype)
     plain = samplers.make(
         "sgld", step_size=STEP_SIZE, batch_size=batch_size, localization=LOCALIZATION

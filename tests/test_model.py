@@ -17,11 +17,11 @@ from safetensors.torch import save_file
 
 import landscapes
 import samplers
-from jobs.__main__ import main as cli_main
-from jobs.store import Store
-from jobs.worker import torch_threads
+from cli.main import main as cli_main
 from landscapes.base import ParamError
 from landscapes.surface import surface
+from runs.store import Store
+from runs.worker import torch_threads
 from tests import model_factories
 from tests.apptest import run_queued
 

@@ -22,10 +22,10 @@ from parallel import parallel_map
 from scipy import linalg
 
 import landscapes
-from jobs import sweep
-from jobs.run import execute
-from jobs.spec import parse_spec
-from jobs.store import Store
+from runs.loop import execute
+from runs.spec import parse_spec
+from runs.store import Store
+from studies import sweep
 
 SCHEMES = {"gla1": "BAO", "gla2": "BOBA", "baoab": "BAOAB"}
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs import pool
-from jobs.spec import parse_spec
-from jobs.store import Store
-from jobs.worker import cores, default_slots
+from runs import pool
+from runs.spec import parse_spec
+from runs.store import Store
+from runs.worker import cores, default_slots
 
 ROOT = Path(__file__).resolve().parents[1]
 # process_cpu_count too (3.13+), so that the fallback is what runs
@@ -103,7 +103,7 @@ def test_starters_at_once_start_one_pool(stripped, tmp_path, monkeypatch):
 def test_the_start_lock_excludes_other_processes_and_dies_with_its_holder(tmp_path, monkeypatch):
     lock = tmp_path / "supervisor.lock.sqlite"
     hold = (
-        f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from jobs.pool import _exclusive\n"
+        f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from runs.pool import _exclusive\n"
         f"with _exclusive({str(lock)!r}):\n    print('held', flush=True); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
@@ -131,8 +131,8 @@ for name in {MISSING!r}:
 sys.modules["fcntl"] = None
 open(os.path.join(os.environ["BASIN_HOME"], f"stripped-{{os.getpid()}}"), "w").close()
 if __name__ == "__main__":
-    import jobs.pool  # imports without fcntl
-    from jobs.worker import supervise
+    import runs.pool  # imports without fcntl
+    from runs.worker import supervise
 
     supervise(os.environ["BASIN_HOME"], slots=1, once=True)
 """

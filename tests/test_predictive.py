@@ -16,10 +16,10 @@ from test_jobs import cli
 
 import landscapes
 import samplers
-from jobs.run import execute
-from jobs.spec import SpecError, parse_spec
-from jobs.store import Store
 from landscapes import ParamError
+from runs.loop import execute
+from runs.spec import SpecError, parse_spec
+from runs.store import Store
 from samplers import predictive
 
 
@@ -229,7 +229,7 @@ def test_the_observable_end_to_end_through_the_cli(tmp_path, monkeypatch, capsys
     assert block["accuracy"] > 0.5 and block["log_p"] >= block["mean_single_log_p"]
     assert 0 <= block["ece"] <= 1 and 0.1 <= block["confidence"] <= 1
     # the plain-text output, a line a metric
-    from jobs.__main__ import main
+    from cli.main import main
 
     monkeypatch.setenv("BASIN_HOME", str(tmp_path))
     assert main(["show", summary["run_id"]]) == 0

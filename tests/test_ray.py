@@ -16,7 +16,7 @@ import signal
 import pytest
 from test_jobs import cli, wait
 
-from jobs.store import Store
+from runs.store import Store
 
 if os.environ.get("BASIN_REQUIRE_RAY") == "1":
     import ray  # noqa: F401  (fails here, loudly, when CI lacks it)

@@ -1,4 +1,4 @@
-"""jobs.report, the headless numbers the pages draw, against values computed here: runs whose
+"""studies.report, the headless numbers the pages draw, against values computed here: runs whose
 records this file writes through the Store (known numpy draws, no sampler), ESS and R-hat by
 ArviZ, KS by scipy, the funnel's closed forms; and
 ``python -m jobs show ID --diagnostics``, which prints the same table."""
@@ -20,9 +20,9 @@ import torch
 
 import landscapes
 from charts.llc import chain_stats
-from jobs import report
-from jobs.spec import parse_spec
-from jobs.store import Store
+from runs.spec import parse_spec
+from runs.store import Store
+from studies import report
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS, CHAINS, BURN_IN = 400, 4, 100
@@ -171,7 +171,7 @@ def test_the_live_calibration_curve_is_the_charts_mean_over_finite_chains():
 
 
 def main(home, monkeypatch, *argv: str) -> int:
-    from jobs.__main__ import main as jobs_main
+    from cli.main import main as jobs_main
 
     monkeypatch.setenv("BASIN_HOME", str(home))
     return jobs_main(list(argv))
@@ -206,6 +206,6 @@ def test_show_diagnostics_of_a_run_without_records_names_it(tmp_path, monkeypatc
 
 
 def test_the_headless_module_never_imports_streamlit():
-    code = "import sys, jobs.report, jobs.__main__; sys.exit('streamlit' in sys.modules)"
+    code = "import sys, studies.report, cli.main; sys.exit('streamlit' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env).returncode == 0

@@ -17,15 +17,15 @@ import torch
 from parallel import parallel_map
 
 import landscapes
-from jobs import sweep
-from jobs.run import execute
-from jobs.spec import SpecError, parse_spec
-from jobs.store import Store
-from jobs.wide import kl_table
-from jobs.worker import torch_threads
 from landscapes.data import Dataset
 from landscapes.ntk import NTKFCN
+from runs.loop import execute
+from runs.spec import SpecError, parse_spec
+from runs.store import Store
+from runs.worker import torch_threads
 from samplers.diagnostics import ess_per_step
+from studies import sweep
+from studies.wide import kl_table
 
 
 def ntk(**params) -> NTKFCN:

@@ -13,7 +13,7 @@ import time
 import numpy as np
 from test_jobs import ROOT, cli
 
-from jobs.store import Store
+from runs.store import Store
 
 SPEC = [
     *("--target", "banana", "--sampler", "mala", "--param", "step_size=0.1"),

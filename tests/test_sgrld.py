@@ -20,8 +20,8 @@ from scipy import linalg, stats
 
 import landscapes
 import samplers
-from jobs import digits, funnel
 from samplers.sgrld import monge_coefficients
+from studies import digits, funnel
 
 
 def gen(seed=0):
@@ -258,7 +258,7 @@ def test_identity_has_no_gamma_caveat_and_the_run_warns_for_the_others():
 
 
 def funnel_run(metric, chains=funnel.CHAINS, steps=funnel.STEPS):
-    """Reference 001 section 2.1's protocol (jobs.funnel: the paper's step sizes and settings,
+    """Reference 001 section 2.1's protocol (studies.funnel: the paper's step sizes and settings,
     N(0, 1) gradient noise, start (1, 1)), compiled as a long run is."""
     target = landscapes.make("softplus-funnel", **funnel.TARGET["params"], device="cpu")
     kernel = samplers.make("sgrld", **funnel.PROTOCOL[metric])

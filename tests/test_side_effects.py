@@ -15,12 +15,12 @@ PACKAGES = [
     "samplers.compiled",
     "samplers.llc",
     "jobs",
-    "jobs.run",
-    "jobs.store",
-    "jobs.worker",
-    "jobs.pool",
-    "jobs.report",
-    "jobs.__main__",
+    "runs.loop",
+    "runs.store",
+    "runs.worker",
+    "runs.pool",
+    "studies.report",
+    "cli.main",
     "charts",
 ]
 

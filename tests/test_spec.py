@@ -10,7 +10,7 @@ import torch
 
 import landscapes
 import samplers
-from jobs.spec import (
+from runs.spec import (
     Estimate,
     RunSpec,
     SpecError,

@@ -1,4 +1,4 @@
-"""jobs.store: run metadata, claims across processes, chunked arrays, exports."""
+"""runs.store: run metadata, claims across processes, chunked arrays, exports."""
 
 import multiprocessing as mp
 import os
@@ -11,7 +11,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from jobs.store import STATUSES, CorruptRecords, RunRecord, Store, StoreError
+from runs.store import STATUSES, CorruptRecords, RunRecord, Store, StoreError
 
 CHAINS, DIM = 3, 4
 
@@ -286,7 +286,7 @@ def test_bytes_left_without_an_index_row_are_skipped_and_a_cut_file_is_an_error(
 
 
 def test_a_store_keeps_at_most_open_run_files_per_thread(tmp_path, monkeypatch):
-    import jobs.store as S
+    import runs.store as S
 
     monkeypatch.setattr(S, "OPEN_RUN_FILES", 2)
     store = Store(tmp_path)
@@ -350,7 +350,7 @@ def test_delete(tmp_path):
 
 
 def test_a_sweep_counts_its_deleted_runs_as_done(tmp_path):
-    from jobs import sweep as sweeps
+    from studies import sweep as sweeps
 
     store = Store(tmp_path)
     ids = [store.create({"i": i}) for i in range(3)]

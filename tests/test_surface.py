@@ -12,12 +12,12 @@ import torch
 from test_jobs import cli
 
 import landscapes
-from jobs.__main__ import main
-from jobs.run import execute
-from jobs.spec import parse_spec
-from jobs.store import Store
+from cli.main import main
 from landscapes import ParamError, Target
 from landscapes import surface as S
+from runs.loop import execute
+from runs.spec import parse_spec
+from runs.store import Store
 
 
 def mlp():
@@ -437,7 +437,7 @@ def run_with_a_diverged_chain(home) -> tuple[str, np.ndarray]:
 
 
 def test_a_stored_runs_diverged_chains_stay_out_of_its_surface(tmp_path):
-    from jobs import surface as surfaces
+    from studies import surface as surfaces
 
     run_id, position = run_with_a_diverged_chain(tmp_path)
     out = surfaces.compute(Store(tmp_path), run_id, grid=5, reference="mean", burn_in=0)

@@ -1,4 +1,4 @@
-"""Verdicts: a finished run says whether its own numbers can be trusted (jobs.verdict).
+"""Verdicts: a finished run says whether its own numbers can be trusted (runs.verdict).
 
 The runs the issue found passing as green "Run completed." must not be reported as good: MALA
 at the Playground's default step on the donut (chains stuck in the hole), MALA on Neal's funnel
@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import landscapes
-from jobs.__main__ import main
-from jobs.run import execute
-from jobs.spec import SpecError, check_budget, parse_spec
-from jobs.store import Store
-from jobs.verdict import headline, judge
+from cli.main import main
+from runs.loop import execute
+from runs.spec import SpecError, check_budget, parse_spec
+from runs.store import Store
+from runs.verdict import headline, judge
 
 PLAYGROUND = {"chains": 32, "steps": 2000, "burn_in": 200, "seed": 0}  # the page's defaults
 

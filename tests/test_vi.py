@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy import integrate, stats
 
-from jobs.worker import torch_threads
+from runs.worker import torch_threads
 from samplers import vi
 
 F64 = torch.float64
@@ -25,7 +25,7 @@ LAM, K, BETA = [0.5, 1.0, 2.5], [0.6, 2.0, 1.0], [2.0, 3.0, 0.5]
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """Every test here is small torch work, which a second thread slows down many times on a
-    2-core machine (jobs.worker.torch_threads); the count is restored after the module."""
+    2-core machine (runs.worker.torch_threads); the count is restored after the module."""
     with torch_threads(1):
         yield
 

@@ -22,14 +22,14 @@ from test_jobs import cli
 
 import landscapes
 from charts.table import run_row
-from jobs import report
-from jobs import vi as jvi
-from jobs.__main__ import main as cli_main
-from jobs.run import execute
-from jobs.spec import RunSpec, SpecError, VIOptions, parse_spec
-from jobs.store import Store
-from jobs.worker import torch_threads
+from cli.main import main as cli_main
+from runs import vi as jvi
+from runs.loop import execute
+from runs.spec import RunSpec, SpecError, VIOptions, parse_spec
+from runs.store import Store
+from runs.worker import torch_threads
 from samplers import vi
+from studies import report
 
 ROOT = Path(__file__).resolve().parents[1]
 F64 = torch.float64

@@ -1,6 +1,6 @@
 """What every page shares: the store, the worker pool, widgets from the registries, live data.
 
-The one package besides ``views/`` that imports Streamlit. Pages stay thin by calling these:
+The one package besides ``pages/`` that imports Streamlit. Pages stay thin by calling these:
 widgets -> RunSpec -> ``submit``; ``Live`` (new records only) -> ``charts`` figures.
 """
 
@@ -13,10 +13,10 @@ import time
 
 import streamlit as st
 
-from jobs.pool import ensure_supervisor, supervisor_pid
-from jobs.spec import SpecError, check_budget, parse_spec
-from jobs.store import Store
-from jobs.worker import cores
+from runs.pool import ensure_supervisor, supervisor_pid
+from runs.spec import SpecError, check_budget, parse_spec
+from runs.store import Store
+from runs.worker import cores
 
 from .live import Live, poll, progress_bar, run_label, run_status, stop_polling, sweep_progress
 from .widgets import (
@@ -137,12 +137,12 @@ def backend_choice(key: str) -> tuple[str, str | None]:
 def submit_sweep(kind: str, params: dict, cells: list, backend: str, address: str | None) -> str:
     """Queue a sweep's runs (every one checked first) on the local pool, or held for a Ray
     driver started beside the app (it outlives the page, as the pool does)."""
-    from jobs import sweep
+    from studies import sweep
 
     held = os.getpid() if backend == "ray" else None
     sweep_id = sweep.submit(store(), kind, params, cells, held_by=held)
     if backend == "ray":
-        from jobs.ray_backend import start_driver
+        from runs.ray_backend import start_driver
 
         start_driver(store(), sweep_id, address)
     else:

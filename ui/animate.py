@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from charts import animation
-from jobs.store import FINAL, RunRecord
+from runs.store import FINAL, RunRecord
 
 from . import store
 

@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from charts import table
-from jobs.store import RunRecord, Store
+from runs.store import RunRecord, Store
 
 from .widgets import DONE, WARNING, plain
 

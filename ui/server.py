@@ -12,8 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from jobs.pool import stop_supervisor
-from jobs.store import Store
+from runs.pool import stop_supervisor
+from runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"

@@ -1,4 +1,4 @@
-"""What the pages share about targets: the app's caches of what ``jobs.report`` computes
+"""What the pages share about targets: the app's caches of what ``studies.report`` computes
 (targets built for their closed forms, exact draws, density grids, tail ESS of a finished run,
 a network's facts), so a page that reruns every half second pays once; the potential pages'
 run-length widgets and the context of a potential's run that their views share."""
@@ -11,9 +11,9 @@ import numpy as np
 import streamlit as st
 
 import landscapes
-from jobs import report
-from jobs.store import FINAL
 from landscapes import ParamError
+from runs.store import FINAL
+from studies import report
 
 from . import store
 from .live import Live, stop_polling

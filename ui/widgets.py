@@ -10,8 +10,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import streamlit as st
 
-from jobs.spec import LLCOptions
 from landscapes import Param, ParamError, Spec
+from runs.spec import LLCOptions
 
 LIST_HELP = "comma-separated, e.g. 1, 2"
 # Alert icons from Streamlit's bundled icon font: emoji need an emoji font on the viewer's machine
@@ -227,14 +227,14 @@ OVER_BUDGET = "Over budget: tick “Run anyway” above, or make the run smaller
 def budget_gate(specs: list[dict], prefix: str, thin: bool = True) -> bool:
     """Under a page's run-length fields: the size and time of the run (or of the group, which
     shares one budget) before Run, "~R records x C chains, ~B on disk, ~S s"
-    (``jobs.spec.estimate``, ``jobs.report.estimate_seconds``). Over a budget
+    (``runs.spec.estimate``, ``studies.report.estimate_seconds``). Over a budget
     (``report.over_budget``) it says which and what to lower, and draws a checkbox "Run
     anyway" (key ``{prefix}.confirm_big``), cleared whenever the size it names changes.
     Returns whether Run may queue them: within budget, or ticked. ``thin``: whether the page
     has a thin field to suggest. A spec the RunSpec refuses passes here: Run shows that error
     (``ui.submit``)."""
-    from jobs import report
-    from jobs.spec import SpecError, estimate, parse_spec
+    from runs.spec import SpecError, estimate, parse_spec
+    from studies import report
 
     from . import store  # the package's, at call time: it imports this module
 

@@ -4,8 +4,8 @@ energy's n-scan (reference 004), whose slope bounds the learning coefficient fro
 
 Widgets -> RunSpec (observables ["llc"]) -> ui.submit; the store's "flushes" series (one row
 per flush: running LLC, loss, distance |w - w0| and MALA acceptance per chain) -> charts.llc.
-The VI tab: widgets -> jobs.vi.specs (one vi run per n and source) -> the "vi" sweep;
-jobs.vi.results -> charts.vi.
+The VI tab: widgets -> runs.vi.specs (one vi run per n and source) -> the "vi" sweep;
+runs.vi.results -> charts.vi.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import samplers
 import ui
 from charts import table
 from charts.table import number
-from jobs import report, vi
-from jobs import sweep as sweeps
-from jobs.spec import SpecError, parse_spec
-from jobs.store import FINAL
 from landscapes import ParamError
+from runs import vi
+from runs.spec import SpecError, parse_spec
+from runs.store import FINAL
+from studies import report
+from studies import sweep as sweeps
 from ui import models
 from ui.live import delete_button, run_choices, watch
 from ui.truths import network_facts

@@ -3,7 +3,7 @@
 Pick a run that kept its trajectory (positions when d <= 64, else full snapshots), two directions
 (principal components of the trajectory, random, or top Hessian eigenvectors), a grid and a zoom
 domain; the full-data loss is evaluated on the plane through a reference point with the chains
-projected on top. Computed by ``jobs.surface.compute``, the same path as ``python -m jobs surface``.
+projected on top. Computed by ``studies.surface.compute``, the same path as ``python -m jobs surface``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import streamlit as st
 import ui
 from charts import landscape as figures
 from charts import table
-from jobs import surface as surfaces
-from jobs.spec import SpecError
 from landscapes import ParamError
 from landscapes.surface import COMPONENT_PRESETS, DIRECTIONS, REFERENCES, ZOOM_DOMAINS
+from runs.spec import SpecError
+from studies import surface as surfaces
 
 CUSTOM = "custom"
 REFERENCE_HELP = (
@@ -67,7 +67,7 @@ def domain_label(value) -> str:
 
 
 def options_form() -> dict:
-    """The surface options as ``jobs.surface.compute`` takes them; raises SpecError for a value
+    """The surface options as ``studies.surface.compute`` takes them; raises SpecError for a value
     that cannot even be passed on (the rest is validated by compute, naming the field)."""
     left, middle, right = st.columns(3)
     with left:

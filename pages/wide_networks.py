@@ -1,10 +1,10 @@
 """Wide networks: the repriorisation of Hron et al. (reference 002). At each chosen width an
 ntk-fcn network is sampled twice by reprior-lmc from the same start, in its original
 parameters theta and in the repriorised phi (theta = T(phi)), fanned out over the workers by
-``jobs.sweep`` ("reprior"); the per-step ESS against width (Fig. 7 left), the acceptance and
+``studies.sweep`` ("reprior"); the per-step ESS against width (Fig. 7 left), the acceptance and
 the adapted steps fill in as the runs go. Below: posterior slices through a finished run's
-draw in theta and in phi (Fig. 5, ``jobs.wide.slices``), the KL of the posterior from the
-prior against width (section 5, ``jobs.wide.kl_table``), and when the map applies.
+draw in theta and in phi (Fig. 5, ``studies.wide.slices``), the KL of the posterior from the
+prior against width (section 5, ``studies.wide.kl_table``), and when the map applies.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import landscapes
 import samplers
 import ui
 from charts.wide import LABELS
-from jobs import sweep as sweeps
-from jobs import verdict, wide
-from jobs.spec import ESS_PROJECTIONS, SpecError, parse_spec
-from jobs.worker import torch_threads
 from landscapes import Param, ParamError
+from runs import verdict
+from runs.spec import ESS_PROJECTIONS, SpecError, parse_spec
+from runs.worker import torch_threads
+from studies import sweep as sweeps
+from studies import wide
 from ui.live import delete_button, watch
 
 DEFAULTS = {k: p.default for k, p in inspect.signature(sweeps.reprior_specs).parameters.items()}
@@ -225,7 +226,7 @@ def live_study(sweep_id: str) -> None:
         "time ratio is a step's wall-clock cost (the map's Cholesky factorisation: the paper "
         "reports at most 1.5× on accelerators); the last column is the speed-up per second."
     )
-    for flag in result["flags"]:  # jobs.sweep.reprior_flags: the CLI prints the same
+    for flag in result["flags"]:  # studies.sweep.reprior_flags: the CLI prints the same
         text = f"**{flag['where']}**: {flag['message']}. *Try:* {flag['try']}."
         (st.error if flag["level"] == "fail" else st.warning)(text, icon=ui.WARNING)
     finished = [c for c in cells if c["status"] == "completed"]
@@ -397,7 +398,7 @@ if ready and not plan:
     st.error(
         f"**depth / n**: even width {widths[0]} would take ~{left_out[0][1]:.0f} s here, over "
         f"the {KL_BUDGET_S:.0f} s this page waits; use fewer prior draws, a smaller n or depth, "
-        "or compute it outside the app with jobs.wide.kl_table.",
+        "or compute it outside the app with studies.wide.kl_table.",
         icon=ui.WARNING,
     )
 elif ready:

@@ -23,8 +23,8 @@ import time
 import traceback
 from collections.abc import Callable
 
-from .spec import SpecError, parse_spec
-from .store import Store, _pid_alive
+from runs.spec import SpecError, parse_spec
+from runs.store import Store, _pid_alive
 
 HEARTBEAT_S = 1.0
 STALE_S = 10.0
@@ -77,7 +77,7 @@ def run_one(store: Store, record, threads: int | None = None) -> None:
     """Execute a claimed run to its end: completed, cancelled or failed (with the error)."""
     import torch
 
-    from .run import execute
+    from runs.loop import execute
 
     if threads:
         torch.set_num_threads(threads)
@@ -155,7 +155,7 @@ def work(home: str, threads: int | None = None, warm: bool = False) -> None:
     if warm:
         import torch  # noqa: F401  (loaded now, not when the first run arrives)
 
-        from . import run  # noqa: F401
+        from runs import loop as run  # noqa: F401
     while True:
         record = store.claim(os.getpid())
         if record is not None:
@@ -224,7 +224,7 @@ def supervise(
 
 def _owner_alive(owner: str) -> bool:
     """Whether the process "pid:start" still runs (the same one: its start time agrees)."""
-    from .pool import _started  # pool imports this module
+    from runs.pool import _started  # pool imports this module
 
     pid, _, started = owner.partition(":")
     now = _started(int(pid))  # None where it cannot be read: the pid alone decides then

@@ -3,7 +3,7 @@ back into this store, so a sweep on a cluster fills in live exactly like a local
 
 What runs where: the store stays on this machine, written by the driver alone (the process that
 runs ``drive``: ``python -m jobs sweep ... --backend ray``, or the one the app starts). Each run is
-one Ray task on any node: it executes the run with ``jobs.run.execute``, the same loop a local
+one Ray task on any node: it executes the run with ``runs.loop.execute``, the same loop a local
 worker runs, into a store of its own in a temporary directory, and every FLUSH_S yields what that
 store gained (rows of each series, side arrays, progress), then the summary. The driver appends
 those rows here as they arrive and beats for the runs it holds (``Store.hold``: no local worker
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .spec import SpecError
-from .store import Store
+from runs.spec import SpecError
+from runs.store import Store
 
 FLUSH_S = 0.5  # a task's look at its store: the live view's cadence, as a local flush's
 BEAT_S = 1.0  # the driver's heartbeat for its runs and its look for cancels
@@ -60,7 +60,7 @@ def connect(address: str | None):
     if ray.is_initialized():
         return ray
     root = Path(__file__).resolve().parents[1]
-    packages = [str(root / name) for name in ("landscapes", "samplers", "jobs")]
+    packages = [str(root / name) for name in ("landscapes", "samplers", "runs", "studies", "jobs")]
     outcome: dict = {}
 
     def init() -> None:
@@ -113,8 +113,8 @@ def execute_remote(spec: dict, run_key: str, cancels) -> Iterator[dict]:
 
     import ray
 
-    from .run import execute
-    from .spec import parse_spec
+    from runs.loop import execute
+    from runs.spec import parse_spec
 
     yield {"worker": f"pid {os.getpid()} on {ray.util.get_node_ip_address()}", "pid": os.getpid()}
     with tempfile.TemporaryDirectory(prefix="basin-ray-") as home:

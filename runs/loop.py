@@ -21,12 +21,11 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
+from runs import verdict
+from runs.spec import Estimate, RunSpec, build, estimate
+from runs.store import Progress, Store
 from samplers import diagnostics, llc
 from samplers.mcmc import MHKernel
-
-from . import verdict
-from .spec import Estimate, RunSpec, build, estimate
-from .store import Progress, Store
 
 ANIMATED_CHAINS = 8  # chains traced for the animation (a teacher's view: up to 8)
 FLUSH_SECONDS = 0.5  # records reach the store (and the live view) at least this often
@@ -69,10 +68,10 @@ def execute(
 ) -> dict:
     """Run ``spec`` into ``store`` under ``run_id``; returns the summary (status completed, or
     cancelled when ``should_stop`` said so between blocks). Errors propagate to the caller."""
-    from .observe import OBSERVERS
+    from runs.observe import OBSERVERS
 
-    if spec.kind == "vi":  # a variational fit: its own loop (jobs.vi), the same store and summary
-        from . import vi
+    if spec.kind == "vi":  # a variational fit: its own loop (runs.vi), the same store and summary
+        from runs import vi
 
         return vi.execute(spec, store, run_id, should_stop, on_progress)
     started = time.perf_counter()

@@ -76,7 +76,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .spec import RunSpec, SpecError, build
+from runs.spec import RunSpec, SpecError, build
 
 RUN_FILE, TRAJECTORY_FILE, AVERAGES_FILE = "run.csv", "trajectory.csv", "averages.csv"
 FILES = (RUN_FILE, TRAJECTORY_FILE, AVERAGES_FILE)
@@ -363,8 +363,8 @@ def export(store, run_id: str, folder: str | Path, every_nth: int = 1) -> list[P
     """Write the run's three TATi tables into ``folder`` (created if missing), each to a
     temporary file renamed onto its name, so an interrupted export leaves no half file.
     Damaged records are refused (CorruptRecords): the running averages would skip them."""
-    from .spec import parse_spec, target_facts
-    from .store import _replace
+    from runs.spec import parse_spec, target_facts
+    from runs.store import _replace
 
     record = store.get(run_id)
     try:

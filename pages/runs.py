@@ -17,7 +17,7 @@ import streamlit as st
 
 import ui
 from charts import table
-from jobs.store import FINAL, STATUSES, DamagedStore
+from runs.store import FINAL, STATUSES, DamagedStore
 
 OPEN = "runs.open"  # the multiselect of opened run ids
 CONFIRM_ALL = "runs.confirm_all"  # the finished runs' ids a bulk delete asks to confirm

@@ -21,11 +21,11 @@ import landscapes
 import samplers
 import ui
 from charts.table import highlighted
-from jobs import report
-from jobs.report import EXACT_DRAWS, POTENTIALS, WALKERS, labels_of
-from jobs.store import FINAL
 from landscapes import Param, ParamError
+from runs.store import FINAL
 from samplers.explain import explain
+from studies import report
+from studies.report import EXACT_DRAWS, POTENTIALS, WALKERS, labels_of
 from ui import animate
 from ui.live import watch
 from ui.truths import (

@@ -16,9 +16,8 @@ import numpy as np
 import landscapes
 from landscapes import ParamError, Target
 from landscapes import surface as surfaces
-
-from .spec import RunSpec, SpecError, parse_spec
-from .store import Store
+from runs.spec import RunSpec, SpecError, parse_spec
+from runs.store import Store
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Integrators: TATi's order study for class (reference 003, Figs. 2-4). Pick a potential, the
 Langevin integrators and step sizes; each (integrator, step) is one run of many chains whose
 <virial> or <K> is compared with its exact value (d T, d T / 2), fanned out over the workers by
-``jobs.sweep`` ("order"); the log-log error lines and their fitted slopes appear as runs finish.
+``studies.sweep`` ("order"); the log-log error lines and their fitted slopes appear as runs finish.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import charts
 import landscapes
 import samplers
 import ui
-from jobs import sweep as sweeps
-from jobs.report import POTENTIALS
-from jobs.spec import SpecError
+from runs.spec import SpecError
+from studies import sweep as sweeps
+from studies.report import POTENTIALS
 from ui.live import delete_button, watch
 
 DEFAULTS = {k: p.default for k, p in inspect.signature(sweeps.order_specs).parameters.items()}

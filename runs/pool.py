@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from .store import Store, _pid_alive
+from runs.store import Store, _pid_alive
 
 PIDFILE = "supervisor.pid"
 LOCK_TIMEOUT_S = 30.0  # a starter waits this long for another to finish starting the pool

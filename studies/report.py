@@ -20,14 +20,13 @@ import torch
 import landscapes
 import samplers
 from landscapes import ParamError
+from runs import verdict
+from runs.spec import SpecError
+from runs.store import FINAL, RunRecord, Store
+from runs.verdict import EXACT_DRAWS, EXACT_SEED, targets_exact
 from samplers import diagnostics
 from samplers import llc as llc_math
-
-from . import sweep as sweeps
-from . import verdict
-from .spec import SpecError
-from .store import FINAL, RunRecord, Store
-from .verdict import EXACT_DRAWS, EXACT_SEED, targets_exact
+from studies import sweep as sweeps
 
 POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "potential"]
 NAMES = ["step", "position", "loss", "accepted", "diverged"]  # the records a run's views read
@@ -763,7 +762,7 @@ def predictive_rows(block: dict) -> dict:
     return {"metric": names, "value": shown, "meaning": meaning}
 
 
-# -- the funnel (reference 001, section 2.1; the protocol is jobs.funnel) --------------------
+# -- the funnel (reference 001, section 2.1; the protocol is studies.funnel) --------------------
 
 # Where a tail statistic is suspect: off the truth by more than a relative or absolute
 # tolerance, or (v min) never below the true 1% quantile. Colour, not a test: 32 chains x 2e5
@@ -781,9 +780,9 @@ FUNNEL_PAPER = "paper (1 chain × 2e6 steps)"
 
 
 def is_funnel_run(spec: dict) -> bool:
-    """A run of reference 001's funnel protocol (``jobs.funnel.spec``): SGRLD on the softplus
+    """A run of reference 001's funnel protocol (``studies.funnel.spec``): SGRLD on the softplus
     funnel from the protocol's start."""
-    from . import funnel  # lazily: scipy.stats costs ~1 s to import
+    from studies import funnel  # lazily: scipy.stats costs ~1 s to import
 
     return (
         is_sampling(spec)
@@ -795,9 +794,9 @@ def is_funnel_run(spec: dict) -> bool:
 
 
 def funnel_tails(store: Store, run_id: str, burn: int) -> dict:
-    """``jobs.funnel.tails`` of every kept draw of a run (after the burn-in, chains that never
+    """``studies.funnel.tails`` of every kept draw of a run (after the burn-in, chains that never
     diverged)."""
-    from . import funnel
+    from studies import funnel
 
     data = store.read(run_id, names=["position", "diverged"])
     if "position" not in data:
@@ -808,7 +807,7 @@ def funnel_tails(store: Store, run_id: str, burn: int) -> dict:
 
 def funnel_suspect(column: str, value) -> bool:
     """Whether a tail statistic is far from the truth (``FUNNEL_TOLERANCE``)."""
-    from . import funnel
+    from studies import funnel
 
     if value is None or not math.isfinite(value):
         return False
@@ -824,7 +823,7 @@ def funnel_rows(basin: list[tuple[str, str, dict]], metrics=None) -> tuple[list[
     source, tails) of ``basin`` followed by the paper's reproduced row of that metric (once),
     then the paper's rows of ``metrics`` (default: all of them) not shown yet. Returns (rows,
     per row the columns ``funnel_suspect`` flags)."""
-    from . import funnel
+    from studies import funnel
 
     rows = [{"metric": "truth", "source": "N(0, 80); θ1 | v ~ N(2, sp(v))", **funnel.TRUTH}]
     paper = {m: dict(zip(funnel.COLUMNS, v, strict=True)) for m, v in funnel.REFERENCE.items()}
@@ -888,7 +887,7 @@ def model_seconds(spec: dict, steps: int | None = None) -> float:
     """The sampling seconds the default model gives ``steps`` (default: all) of the spec:
     steps x g x (STEP_OVERHEAD_S + chains x max(d, 2) x CHAIN_COORDINATE_S), g the gradient
     evaluations per step (x AUTOGRAD_FACTOR where the target's gradient is autograd's)."""
-    from .spec import parse_spec, target_facts
+    from runs.spec import parse_spec, target_facts
 
     run = parse_spec(spec)
     dim = target_facts(run).dim

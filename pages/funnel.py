@@ -2,10 +2,10 @@
 (x | v ~ N(2, softplus(v)), v ~ N(0, 80)) with N(0, 1) gradient noise, every chain from (1, 1),
 at the paper's step sizes: how far down the neck does each metric get?
 
-Widgets -> one RunSpec per metric (``jobs.funnel.spec``, one seed and budget) -> ui.submit; their
+Widgets -> one RunSpec per metric (``studies.funnel.spec``, one seed and budget) -> ui.submit; their
 records -> charts: per metric the draws over log p contours beside v's histogram against
 N(0, 80) (the paper's Figure 2), v's trace and theta_1's histogram against its exact marginal;
-then the tail table (``jobs.funnel.tails``) beside the paper's reproduced values.
+then the tail table (``studies.funnel.tails``) beside the paper's reproduced values.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import charts
 import samplers
 import ui
 from charts.table import highlighted
-from jobs import funnel, report
-from jobs.store import FINAL
 from landscapes import Param
+from runs.store import FINAL
 from samplers.explain import explain
 from samplers.sgrld import GAMMA_OMITTED, METRICS
+from studies import funnel, report
 from ui.live import watch
 from ui.truths import funnel_tails, log_p_grid, open_group, theta1_density
 

@@ -23,7 +23,7 @@ page watching a sweep sees it fill in as runs finish, and nothing is stored twic
   widths x {standard, reprior}, each run of reprior-lmc with the "ess" observable from the same
   start and seed; per width the per-step ESS of theta and of f(X_test) in both
   parametrisations, their ratio, the acceptance and the adapted step, live as the runs go.
-- ``vi``: the variational n-scan of reference 004 (``jobs.vi``): one vi run per n and source,
+- ``vi``: the variational n-scan of reference 004 (``runs.vi``): one vi run per n and source,
   the slope of -Psi against log n (an upper bound on the learning coefficient).
 - ``checkpoints``: the LLC over training: one LLC run of a ``model`` target per checkpoint
   (same sampler, seed and settings, w0 the checkpoint's weights), the curve lambda_hat against
@@ -42,11 +42,10 @@ from pathlib import Path
 import numpy as np
 
 import landscapes
+from runs import verdict
+from runs.spec import RunSpec, SpecError, check_budget, parse_spec
+from runs.store import FINAL, Store
 from samplers import llc
-
-from . import verdict
-from .spec import RunSpec, SpecError, check_budget, parse_spec
-from .store import FINAL, Store
 
 CURVE_POINTS = 200  # points per lambda_hat-versus-steps curve handed to the app
 RECORDS_PER_RUN = 1000  # thin so that a sweep's runs store about this many records each
@@ -791,7 +790,7 @@ def checkpoint_results(store: Store, sweep: dict) -> dict:
 
 
 def vi_results(store: Store, sweep: dict) -> dict:
-    from . import vi  # vi imports this module's helpers
+    from studies import vi_scan as vi  # vi_scan imports this module's helpers
 
     return {"progress": progress(store, sweep), **vi.results(store, sweep)}
 

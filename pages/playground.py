@@ -2,7 +2,7 @@
 
 Widgets (from the registries) -> RunSpec -> ui.submit; the run's records -> charts.runs: the
 density with each chain's recent path and the cloud of draws, traces, marginal histograms with
-the exact marginal, and ``jobs.report``'s numbers: tail probabilities, KS, ESS and R-hat (the
+the exact marginal, and ``studies.report``'s numbers: tail probabilities, KS, ESS and R-hat (the
 table ``python -m jobs show ID --diagnostics`` prints); a step-by-step replay for class.
 The target is built here only to draw its closed-form density and marginals, never sampled.
 """
@@ -20,10 +20,11 @@ import landscapes
 import samplers
 import ui
 from charts.table import highlighted, number
-from jobs import report, verdict
-from jobs.store import FINAL
 from landscapes import ParamError
+from runs import verdict
+from runs.store import FINAL
 from samplers.explain import POSTERIOR, explain
+from studies import report
 from ui import animate
 from ui.live import run_choices, watch
 from ui.truths import DEFAULTS, density_grid, run_context, run_length, tail_ess, target_of

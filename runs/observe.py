@@ -20,11 +20,10 @@ import numpy as np
 import torch
 
 from landscapes import ParamError, Target
+from runs.spec import ESS_PROJECTIONS, RunSpec, SpecError, resolve_w0, target_facts
+from runs.store import Store
 from samplers import Kernel, diagnostics, llc, predictive
 from samplers.training import random_init, train
-
-from .spec import ESS_PROJECTIONS, RunSpec, SpecError, resolve_w0, target_facts
-from .store import Store
 
 EVAL_POINTS = 8192  # the fixed data subset on which the live MALA diagnostic evaluates U
 TRAIN_REPORT_S = 0.5
@@ -184,7 +183,7 @@ class LLCObserver:
         est = llc.summarise(per_chain, self.count)
         losses = np.zeros((0, len(per_chain)))  # no records: a run cancelled at once
         if "loss" in records:  # paired where the kernel pairs: the excess the estimate averaged
-            losses = llc.paired_losses(records, self.baseline)  # after the burn-in (jobs.run)
+            losses = llc.paired_losses(records, self.baseline)  # after the burn-in (runs.loop)
         spikes = llc.spikes(losses, self.baseline, self.nbeta, dim)
         flushes = self.store.read(self.run_id, series="flushes")
         acceptance = None
@@ -277,7 +276,7 @@ class ThermoObserver:
     energy the kernel samples, exp(-U / T) (nbeta L, the prior, the localisation), T the
     kernel's temperature (1 where it has none). The summary gives each as the mean over the
     chains that did not diverge, its SE over those chains, the exact value and the relative
-    error: what the integrator-order study (jobs.sweep "order") plots against the step size."""
+    error: what the integrator-order study (studies.sweep "order") plots against the step size."""
 
     needs_positions = True  # every step's, whether or not the run records them
     ROWS = 1 << 16  # positions whose gradient is taken at once (x the data's points a row)

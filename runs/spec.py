@@ -30,11 +30,10 @@ from landscapes import ParamError, Target
 from landscapes.base import DATA_CHUNK
 from landscapes.formula import probe
 from landscapes.registry import facts as landscape_facts
+from runs.store import store_home
 from samplers import Kernel, diagnostics, llc
 
-from .store import store_home
-
-# Observables computed alongside the chains (jobs.observe): name -> one-line doc.
+# Observables computed alongside the chains (runs.observe): name -> one-line doc.
 OBSERVABLES: dict[str, str] = {
     "llc": "local learning coefficient at w0: nbeta (E[L] - L(w0)), live, with health warnings",
     "predictive": "posterior-predictive metrics of the kept draws on the test set: ensemble "
@@ -577,7 +576,7 @@ def estimate(spec: RunSpec) -> Estimate:
     - step: a network's activations in the largest of the passes a run makes, one at a time:
       - a step: C x B x sum(widths) numbers x AUTOGRAD, B the points a chain's step reads
         (batch_size for a minibatch sampler, else all n);
-      - the initial loss on all n points, without gradients (jobs.run: ``full_loss``, in
+      - the initial loss on all n points, without gradients (runs.loop: ``full_loss``, in
         passes of DATA_CHUNK points): a layer's input and two of its outputs alive at once,
         C x min(n, DATA_CHUNK) x max(H_in + 2 H_out) numbers;
       - with "llc": its MALA probe, a step's on min(n, EVAL_POINTS) points a chain, and the
@@ -593,9 +592,8 @@ def estimate(spec: RunSpec) -> Estimate:
     Host bytes are the summary's: its per-chain sums of positions and the diagnosed chains'
     draws (ESS, R-hat), kept in RAM (on CPU, the device's memory too).
     """
+    from runs.observe import EVAL_POINTS  # observe imports this module
     from samplers import predictive
-
-    from .observe import EVAL_POINTS  # observe imports this module
 
     if spec.kind == "vi":
         return _vi_estimate(spec)
@@ -779,7 +777,7 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
 def _promised(home: Path) -> int:
     """Bytes the store's queued and running runs have still to write: each one's estimate less
     its data file so far (0 when there is no store yet, or it cannot be read)."""
-    from .store import Store, StoreError
+    from runs.store import Store, StoreError
 
     if not (home / "basin.sqlite").exists():
         return 0

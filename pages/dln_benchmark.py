@@ -1,7 +1,7 @@
 """DLN benchmark: the local-sampling benchmark of reference 000 on generated deep linear networks.
 
 K problems x samplers x step sizes, one LLC run each from the generating point (whose true LLC
-is Aoyagi's formula), fanned out over the workers by ``jobs.sweep``; the paper's plots fill in
+is Aoyagi's formula), fanned out over the workers by ``studies.sweep``; the paper's plots fill in
 as runs finish: relative error and NaN fraction against the step size, mean against SD of the
 relative error, and order preservation over problem pairs.
 """
@@ -17,8 +17,8 @@ import charts
 import landscapes
 import samplers
 import ui
-from jobs import sweep as sweeps
-from jobs.spec import SpecError
+from runs.spec import SpecError
+from studies import sweep as sweeps
 from ui.live import delete_button, watch
 
 DEFAULTS = {k: p.default for k, p in inspect.signature(sweeps.dln_specs).parameters.items()}

@@ -1,0 +1,3 @@
+"""The command line (``python -m jobs``, or ``basin``): its flags derived from RunSpec and the
+registries, its commands calling ``runs`` and ``studies``.
+"""
