@@ -3,7 +3,7 @@
 Pick a run that kept its trajectory (positions when d <= 64, else full snapshots), two directions
 (principal components of the trajectory, random, or top Hessian eigenvectors), a grid and a zoom
 domain; the full-data loss is evaluated on the plane through a reference point with the chains
-projected on top. Computed by ``studies.surface.compute``, the same path as ``python -m jobs surface``.
+projected on top. Computed by ``studies.surface.compute``, as ``python -m jobs surface`` does.
 """
 
 from __future__ import annotations

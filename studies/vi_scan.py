@@ -3,10 +3,12 @@ log n and its fitted slope, an upper bound on the learning coefficient."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import landscapes
-from runs.spec import SpecError, parse_spec
+from runs.spec import RunSpec, SpecError, parse_spec, target_facts
 from runs.store import Store
 from runs.vi import NAMES, SOURCES
 
