@@ -12,6 +12,7 @@ from apptest import errors, page  # `home` is a fixture from conftest.py
 import landscapes
 import ui
 from landscapes.formula import normalisable
+from runs import budget
 from runs.spec import estimate, parse_spec
 from runs.store import Store
 from studies import report
@@ -114,31 +115,31 @@ def test_the_time_estimate_learns_the_machines_speed_from_finished_runs(tmp_path
 
     store = Store(tmp_path)
     big = spec(4096, 100_000)
-    default = report.estimate_seconds(big, store)  # nothing to learn from: the defaults
-    assert default == pytest.approx(report.STARTUP_S + report.model_seconds(big))
+    default = budget.estimate_seconds(big, store)  # nothing to learn from: the defaults
+    assert default == pytest.approx(budget.STARTUP_S + budget.model_seconds(big))
     # a step's overhead dominates 32 chains: 128 times the chains take ~7 times as long
-    per_step = report.model_seconds(spec(32, 1)), report.model_seconds(spec(4096, 1))
+    per_step = budget.model_seconds(spec(32, 1)), budget.model_seconds(spec(4096, 1))
     assert 3 < per_step[1] / per_step[0] < 10
     # HMC's 10 leapfrog steps cost 10 gradients a step
-    assert report.model_seconds(spec(32, 1, "hmc")) == pytest.approx(10 * per_step[0])
+    assert budget.model_seconds(spec(32, 1, "hmc")) == pytest.approx(10 * per_step[0])
 
     small = spec(32, 2000)
     run_id = store.create(small)
-    sampling = 3 * report.model_seconds(small)  # a machine 3 times slower than the defaults
+    sampling = 3 * budget.model_seconds(small)  # a machine 3 times slower than the defaults
     store.finish(
         run_id, "completed", summary={"seconds": sampling + 1.0, "sampling_seconds": sampling}
     )
     other = store.create(spec(32, 2000, "hmc"))  # another sampler: not this one's speed
     store.finish(other, "completed", summary={"seconds": 1.0, "sampling_seconds": 1e-3})
-    learned = report.estimate_seconds(big, store)
-    assert learned == pytest.approx(1.0 + 3 * report.model_seconds(big))
+    learned = budget.estimate_seconds(big, store)
+    assert learned == pytest.approx(1.0 + 3 * budget.model_seconds(big))
 
 
 def test_the_budgets_say_which_is_exceeded_and_what_to_lower():
-    assert report.over_budget(report.BUDGET_STORE_BYTES, report.BUDGET_SECONDS) == []
-    (disk,) = report.over_budget(report.BUDGET_STORE_BYTES + 1, 1.0)
+    assert budget.over_budget(budget.BUDGET_STORE_BYTES, budget.BUDGET_SECONDS) == []
+    (disk,) = budget.over_budget(budget.BUDGET_STORE_BYTES + 1, 1.0)
     assert "on disk" in disk and "raise thin" in disk
-    (time,) = report.over_budget(0, report.BUDGET_SECONDS + 1)
+    (time,) = budget.over_budget(0, budget.BUDGET_SECONDS + 1)
     assert "60 s budget" in time and "lower chains or steps" in time
 
 

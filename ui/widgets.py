@@ -227,14 +227,14 @@ OVER_BUDGET = "Over budget: tick “Run anyway” above, or make the run smaller
 def budget_gate(specs: list[dict], prefix: str, thin: bool = True) -> bool:
     """Under a page's run-length fields: the size and time of the run (or of the group, which
     shares one budget) before Run, "~R records x C chains, ~B on disk, ~S s"
-    (``runs.spec.estimate``, ``studies.report.estimate_seconds``). Over a budget
-    (``report.over_budget``) it says which and what to lower, and draws a checkbox "Run
+    (``runs.spec.estimate``, ``runs.budget.estimate_seconds``). Over a budget
+    (``budget.over_budget``) it says which and what to lower, and draws a checkbox "Run
     anyway" (key ``{prefix}.confirm_big``), cleared whenever the size it names changes.
     Returns whether Run may queue them: within budget, or ticked. ``thin``: whether the page
     has a thin field to suggest. A spec the RunSpec refuses passes here: Run shows that error
     (``ui.submit``)."""
+    from runs import budget
     from runs.spec import SpecError, estimate, parse_spec
-    from studies import report
 
     from . import store  # the package's, at call time: it imports this module
 
@@ -245,7 +245,7 @@ def budget_gate(specs: list[dict], prefix: str, thin: bool = True) -> bool:
         for spec in specs:
             est = estimate(parse_spec(spec))
             size += est.store_bytes
-            seconds += report.estimate_seconds(spec, store())
+            seconds += budget.estimate_seconds(spec, store())
     except (SpecError, ParamError):
         return True
     chains = specs[0].get("chains")
@@ -255,7 +255,7 @@ def budget_gate(specs: list[dict], prefix: str, thin: bool = True) -> bool:
         f"Estimate: ~{est.records:,} records × {chains:,} chains{' per run' if runs else ''}, "
         f"{disk} on disk, {duration}{runs}."
     )
-    over = report.over_budget(size, seconds, thin)
+    over = budget.over_budget(size, seconds, thin)
     if not over:
         return True
     st.warning("Over budget: " + "; ".join(over) + ".", icon=WARNING)
