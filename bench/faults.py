@@ -32,7 +32,7 @@ SMALL = ["--target", "banana", "--sampler", "mala", "--param", "step_size=0.1"]
 
 
 def jobs(home: Path, *args: str, timeout: float = LIMIT_S) -> subprocess.CompletedProcess:
-    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": str(home)}
     command = [sys.executable, "-m", "jobs", *args]
     return subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
@@ -109,7 +109,7 @@ def killed_and_resumed(home: Path) -> list[str]:
     run's; the probe's command is the resume, its check compares the records."""
     spec = [*SMALL, "--chains", "8", "--steps", "12000", "--seed", "5", "--compile", "never"]
     jobs(home, "run", *spec)
-    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": str(home)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobs", "run", *spec],
         cwd=ROOT,

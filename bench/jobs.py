@@ -28,8 +28,10 @@ from pathlib import Path
 
 import torch
 
+from runs.budget import estimate
+from runs.build import build
 from runs.loop import FLUSH_BYTES, execute, plan, projection
-from runs.spec import build, estimate, parse_spec
+from runs.spec import parse_spec
 from runs.store import Store
 
 CASES = {

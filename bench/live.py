@@ -29,7 +29,6 @@ def one(sampler: str, params: dict, chains: int, steps: int, compile: str) -> di
         home, cache = Path(tmp) / "store", Path(tmp) / "inductor"
         store = Store(home)
         env = {**os.environ, "BASIN_HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(cache)}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         pool = subprocess.Popen(
             [sys.executable, "-m", "jobs", "worker", "--slots", "1"],
             cwd=ROOT,

@@ -22,7 +22,7 @@ in ``llc.Paired`` as an LLC run is), average; eagerly, and with ``compiled=True`
 blocks as compiled chunks). "cold" is each path's first call in a fresh process (the target's
 build and, compiled, the compile: inductor's disk cache makes it shorter after the first ever
 run), "warm" is the median of later repeats, which reuse the target and kernel as a warm
-worker does (``runs.spec.build``) and wrap it anew as its LLC runs do.
+worker does (``runs.build.build``) and wrap it anew as its LLC runs do.
 devinterp's is the call of its estimator (bench/peer_devinterp.py): once per case where a run
 takes minutes (repeats would outlast the machine's patience), else (the module case) once more in
 each repeat, taking turns with Basin's paths so the machine's noise hits both alike; its time is

@@ -3,7 +3,7 @@ and 4; reference 002, Hron et al. 2022).
 
 1. Speed (run first): time a step of reprior-lmc on ntk-fcn, standard against reprior, at
    widths 8, 32, 128 (n = 16, depth 1, 2 chains, float64, CPU, one torch thread). Target and
-   kernel are the ESS study's own (``runs.spec.build`` of its RunSpecs); both start from the
+   kernel are the ESS study's own (``runs.build.build`` of its RunSpecs); both start from the
    same phi_0 and run WARM steps (the step-size warm-up included) before the clock starts; then
    the two take turns, ``repeats`` times, each turn ``kernel.run(state, target, noise, TIMED)``
    (the bare step: gradient, proposal, MH test, adaptation; no records). The whole run's cost a
@@ -12,7 +12,7 @@ and 4; reference 002, Hron et al. 2022).
    Goal (issue 42): the repriorised step at most 3x the standard one (the reference: 1.7-2.9x).
 2. ESS (reference 002 section 5's setting): n = 16, depth 1, sigma 0.1, beta 0.1, 1000 warm-up
    (adapting each chain's step toward acceptance 0.9, kept as burn-in) + 3000 steps with MH,
-   thinning 1, float64; ``studies.sweep.reprior_specs`` at widths 8, 32, 128, both
+   thinning 1, float64; ``studies.reprior.specs`` at widths 8, 32, 128, both
    parametrisations, run in-process into a temporary store; the sweep's own results
    (``reprior_results``) and each chain's numbers from the records (Basin's 2 chains of a run
    stand for the reference's 2 seeds: each chain adapts its own step).
@@ -34,12 +34,12 @@ import time
 import numpy as np
 import torch
 
+from runs.build import build
 from runs.loop import execute
-from runs.spec import build
 from runs.store import Store
 from runs.worker import torch_threads
 from samplers import diagnostics
-from studies import sweep
+from studies import reprior, sweeps
 from studies.wide import kl_table
 
 WIDTHS = (8, 32, 128)
@@ -76,7 +76,7 @@ def specs(quick: bool) -> tuple[dict, list]:
     """The study's parameters and (cell, RunSpec) pairs, float64 on the CPU (the goal is a CPU
     one)."""
     warmup, steps = (QUICK_WARMUP, QUICK_STEPS) if quick else (WARMUP, STEPS)
-    params, cells = sweep.reprior_specs(
+    params, cells = reprior.specs(
         widths=WIDTHS,
         depth=DEPTH,
         n=N,
@@ -156,7 +156,7 @@ def ess_study(params: dict, cells: list) -> dict:
     chains = {}
     with tempfile.TemporaryDirectory(prefix="bench-reprior-") as home:
         store = Store(home)
-        sweep_id = sweep.submit(store, "reprior", params, cells)
+        sweep_id = sweeps.submit(store, "reprior", params, cells)
         stored = store.get_sweep(sweep_id)
         tic = time.perf_counter()
         for (cell, spec), entry in zip(cells, stored["cells"], strict=True):
@@ -185,7 +185,7 @@ def ess_study(params: dict, cells: list) -> dict:
                 flush=True,
             )
         wall = time.perf_counter() - tic
-        results = sweep.reprior_results(store, stored)
+        results = reprior.results(store, stored)
     spec = cells[0][1]
     return {
         "results": results,
@@ -231,7 +231,7 @@ def ess_lines(s: dict) -> list[str]:
         lines.append(f"| {width} | ref. 002 | " + " | ".join(ref) + f" | {REFERENCE_ACCEPT} |")
     lines += [
         "",
-        "As the sweep reports them (``studies.sweep.reprior_results``: per-step ESS min / mean / "
+        "As the sweep reports them (``studies.reprior.results``: per-step ESS min / mean / "
         "max over the projections, each the mean over the chains; the summary's mean "
         "acceptance probability and step; the run's sampling seconds, records included):",
         "",

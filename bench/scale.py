@@ -30,7 +30,7 @@ QUICK = ["--problems", "2", "--steps", "500"]
 
 
 def timed(home: Path, *args: str) -> tuple[float, dict]:
-    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": str(home)}
     start = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-m", "jobs", *args], cwd=ROOT, env=env, capture_output=True, text=True

@@ -46,10 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def sweep(hidden: int, ns, epochs: int) -> dict:
     """One n-scan through the CLI, timed, with the ETAs the store showed along the way."""
     from runs.store import Store
-    from studies import sweep as sweeps
+    from studies import registry
 
     home = tempfile.mkdtemp(prefix="basin-bench-vi-")
-    env = {**os.environ, "BASIN_HOME": home, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": home}
     command = [
         sys.executable, "-m", "jobs", "sweep", "vi", "--target", "tanh",
         "--target-param", f"hidden={hidden}", "--ns", ",".join(map(str, ns)),
@@ -64,7 +64,7 @@ def sweep(hidden: int, ns, epochs: int) -> dict:
         try:
             store = store or Store(home)
             (s,) = store.list_sweeps()
-            eta = sweeps.results(store, s["id"])["eta_s"]
+            eta = registry.results(store, s["id"])["eta_s"]
         except (ValueError, OSError, KeyError):
             continue  # not created yet
         if eta:

@@ -48,30 +48,7 @@ def funnel_figure(
     fig = make_subplots(
         rows=1, cols=2, shared_yaxes=True, column_widths=[0.7, 0.3], horizontal_spacing=0.03
     )
-    for i, level in enumerate(sorted(levels)):
-        fig.add_trace(
-            go.Contour(
-                x=xs,
-                y=ys,
-                z=np.asarray(log_p, dtype=float),
-                contours={
-                    "start": level,
-                    "end": level,
-                    "size": 1.0,
-                    "coloring": "lines",
-                    "showlabels": True,
-                    "labelfont": {"size": 9, "color": CONTOUR_LINES[-1]},
-                },
-                line={"width": 1.5},
-                colorscale=[[0, CONTOUR_LINES[i % 4]], [1, CONTOUR_LINES[i % 4]]],
-                showscale=False,
-                hoverinfo="skip",
-                name=f"log p = {level:g}",
-                showlegend=False,
-            ),
-            row=1,
-            col=1,
-        )
+    _level_lines(fig, xs, ys, log_p, levels)
     cloud = np.asarray(cloud, dtype=float).reshape(-1, 2)
     fig.add_trace(
         go.Scatter(
@@ -121,3 +98,31 @@ def funnel_figure(
         margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
     )
     return fig
+
+
+def _level_lines(fig: go.Figure, xs: np.ndarray, ys: np.ndarray, log_p, levels) -> None:
+    """One labelled contour line of ``log_p`` per level, on the left panel."""
+    for i, level in enumerate(sorted(levels)):
+        fig.add_trace(
+            go.Contour(
+                x=xs,
+                y=ys,
+                z=np.asarray(log_p, dtype=float),
+                contours={
+                    "start": level,
+                    "end": level,
+                    "size": 1.0,
+                    "coloring": "lines",
+                    "showlabels": True,
+                    "labelfont": {"size": 9, "color": CONTOUR_LINES[-1]},
+                },
+                line={"width": 1.5},
+                colorscale=[[0, CONTOUR_LINES[i % 4]], [1, CONTOUR_LINES[i % 4]]],
+                showscale=False,
+                hoverinfo="skip",
+                name=f"log p = {level:g}",
+                showlegend=False,
+            ),
+            row=1,
+            col=1,
+        )

@@ -1,9 +1,10 @@
 """LLC figures: the live estimate, training and chain traces, the calibration grid and the DLN
 benchmark's plots (reference 000, Figs 3 and 5-8).
 
-Inputs are what the store and ``studies.sweep`` hand out: arrays with chains on the last axis
+Inputs are what the store and ``studies`` hand out: arrays with chains on the last axis
 (NaN for a chain that diverged or before the burn-in ends), calibration cells and DLN metrics
-as the dicts of ``calibration_results`` and ``dln_results``. None means "not known yet".
+as the dicts of ``studies.calibrate.results`` and ``studies.dln.results``. None means "not
+known yet".
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def calibration_grid(
     metric: str = "llc",
 ) -> go.Figure:
     """Rows nbeta, columns step size: each cell's ``metric`` ("llc", "distance", "acceptance")
-    against the step. A cell is a ``calibration_results`` row (``flags`` set: finished) or a
+    against the step. A cell is a ``studies.calibrate.results`` row (``flags`` set: finished) or a
     running one (no ``flags``: drawn grey). Flagged cells get a red title naming the flags, the
     recommended cell of each row (``recommended[str(nbeta_value)]``) a green frame."""
     if metric not in METRICS:
@@ -219,15 +220,7 @@ def calibration_grid(
     if nbetas is None:
         nbetas = sorted({c["nbeta"] for c in cells}, key=lambda v: -1 if v is None else v)
     rows, cols = len(nbetas), len(step_sizes)
-    by_key = {(_key(c["nbeta"]), float(c["step_size"])): c for c in cells}
-    titles, grid = [], []
-    for nbeta in nbetas:
-        for eps in step_sizes:
-            cell = by_key.get((_key(nbeta), float(eps)))
-            grid.append(cell)
-            value = nbeta if cell is None else cell.get("nbeta_value", nbeta)
-            shown = "n/log n" if value is None else f"{value:.4g}"
-            titles.append(f"ε = {eps:g}, nβ = {shown}")
+    titles, grid = _grid_cells(cells, step_sizes, nbetas)
     fig = make_subplots(
         rows=rows,
         cols=cols,
@@ -239,51 +232,10 @@ def calibration_grid(
     recommended = recommended or {}
     status = []  # (suffix, colour) of each subplot title, set once the traces are in
     for i, cell in enumerate(grid):
-        row, col = divmod(i, cols)
         if cell is None:
             status.append(("queued", PENDING_COLOR))
-            continue
-        curve = cell.get("curve") or {}
-        x = curve.get("step" if metric == "llc" else "flush_step", [])
-        y = curve.get(metric, [])
-        flags = cell.get("flags")
-        color = PENDING_COLOR if flags is None else (FLAG_COLOR if flags else PALETTE[0])
-        fig.add_trace(
-            go.Scatter(
-                x=list(x),
-                y=_none(_nan(y)) if len(y) else [],
-                mode="lines+markers" if len(x) <= 30 else "lines",
-                line={"color": color},
-                showlegend=False,
-                name=titles[i],
-            ),
-            row=row + 1,
-            col=col + 1,
-        )
-        if metric == "llc" and cell.get("true") is not None:
-            fig.add_hline(
-                y=cell["true"], line={"dash": "dash", "color": TRUE_COLOR}, row=row + 1, col=col + 1
-            )
-        if flags is None:
-            status.append((cell.get("status", "running"), PENDING_COLOR))
-        elif flags:
-            status.append(("⚠ " + ", ".join(flags), FLAG_COLOR))
         else:
-            status.append(("stable", STABLE_COLOR))
-        best = recommended.get(str(cell.get("nbeta_value")))
-        if flags == [] and best is not None and math.isclose(best, cell["step_size"]):
-            status[-1] = ("stable · recommended", STABLE_COLOR)
-            axis = "" if i == 0 else str(i + 1)
-            fig.add_shape(
-                type="rect",
-                xref=f"x{axis} domain",
-                yref=f"y{axis} domain",
-                x0=0,
-                x1=1,
-                y0=0,
-                y1=1,
-                line={"color": STABLE_COLOR, "width": 3},
-            )
+            status.append(_calibration_cell(fig, i, cols, cell, metric, titles[i], recommended))
     for note, (suffix, color) in zip(fig.layout.annotations, status, strict=False):
         note.update(text=f"{note.text}<br>{suffix}", font={"color": color, "size": 11})
     for col in range(cols):
@@ -298,8 +250,70 @@ def calibration_grid(
     return fig
 
 
+def _grid_cells(cells: Sequence[Mapping], step_sizes, nbetas) -> tuple[list[str], list]:
+    """The grid's subplot titles and its cells (None where a cell has no run yet), row by row."""
+    by_key = {(_key(c["nbeta"]), float(c["step_size"])): c for c in cells}
+    titles, grid = [], []
+    for nbeta in nbetas:
+        for eps in step_sizes:
+            cell = by_key.get((_key(nbeta), float(eps)))
+            grid.append(cell)
+            value = nbeta if cell is None else cell.get("nbeta_value", nbeta)
+            shown = "n/log n" if value is None else f"{value:.4g}"
+            titles.append(f"ε = {eps:g}, nβ = {shown}")
+    return titles, grid
+
+
+def _calibration_cell(
+    fig: go.Figure, i: int, cols: int, cell: Mapping, metric: str, title: str, recommended
+) -> tuple[str, str]:
+    """Subplot ``i``: the cell's curve (and the true λ), a green frame where it is the
+    recommended step of its row; returns its title's (suffix, colour)."""
+    row, col = divmod(i, cols)
+    curve = cell.get("curve") or {}
+    x = curve.get("step" if metric == "llc" else "flush_step", [])
+    y = curve.get(metric, [])
+    flags = cell.get("flags")
+    color = PENDING_COLOR if flags is None else (FLAG_COLOR if flags else PALETTE[0])
+    fig.add_trace(
+        go.Scatter(
+            x=list(x),
+            y=_none(_nan(y)) if len(y) else [],
+            mode="lines+markers" if len(x) <= 30 else "lines",
+            line={"color": color},
+            showlegend=False,
+            name=title,
+        ),
+        row=row + 1,
+        col=col + 1,
+    )
+    if metric == "llc" and cell.get("true") is not None:
+        fig.add_hline(
+            y=cell["true"], line={"dash": "dash", "color": TRUE_COLOR}, row=row + 1, col=col + 1
+        )
+    best = recommended.get(str(cell.get("nbeta_value")))
+    if flags == [] and best is not None and math.isclose(best, cell["step_size"]):
+        axis = "" if i == 0 else str(i + 1)
+        fig.add_shape(
+            type="rect",
+            xref=f"x{axis} domain",
+            yref=f"y{axis} domain",
+            x0=0,
+            x1=1,
+            y0=0,
+            y1=1,
+            line={"color": STABLE_COLOR, "width": 3},
+        )
+        return "stable · recommended", STABLE_COLOR
+    if flags is None:
+        return cell.get("status", "running"), PENDING_COLOR
+    if flags:
+        return "⚠ " + ", ".join(flags), FLAG_COLOR
+    return "stable", STABLE_COLOR
+
+
 # ---------------------------------------------------------------------------------------------
-# DLN benchmark (reference 000, Figs 3, 5-8): ``metrics`` rows of ``studies.sweep.dln_results``.
+# DLN benchmark (reference 000, Figs 3, 5-8): ``metrics`` rows of ``studies.dln.results``.
 
 
 def _note_when_empty(fig: go.Figure, note: str) -> go.Figure:
@@ -435,7 +449,7 @@ def order_preservation_figure(metrics: Sequence[Mapping]) -> go.Figure:
 
 
 # ---------------------------------------------------------------------------------------------
-# The LLC over training: ``cells`` of ``studies.sweep.checkpoint_results``.
+# The LLC over training: ``cells`` of ``studies.checkpoints.results``.
 
 LOSS_COLOR = "#7f7f7f"
 WARN_COLOR = "#ff9f1c"
@@ -451,6 +465,28 @@ def _cell_level(cell: Mapping) -> str:
     if verdict == "warn" or cell.get("warnings"):
         return "warn"
     return "good"
+
+
+def _flagged_points(fig: go.Figure, done: list) -> None:
+    """The finished checkpoints that warned (amber) or failed (red), over their λ̂ points."""
+    for level, color, name in (
+        ("warn", WARN_COLOR, "warned (verdict warn or LLC warnings)"),
+        ("fail", FLAG_COLOR, "verdict fail"),
+    ):
+        flagged = [c for c in done if _cell_level(c) == level]
+        if flagged:
+            fig.add_trace(
+                go.Scatter(
+                    x=[float(c["step"]) for c in flagged],
+                    y=[float(c["llc"]) for c in flagged],
+                    mode="markers",
+                    marker={"color": color, "size": 12, "line": {"color": "white", "width": 1}},
+                    name=name,
+                    customdata=[", ".join(c.get("warnings") or []) for c in flagged],
+                    hovertemplate="step %{x}<br>λ̂ %{y:.4g}<br>%{customdata}<extra></extra>",
+                ),
+                secondary_y=False,
+            )
 
 
 def checkpoint_llc_figure(cells: Sequence[Mapping], title: str | None = "LLC over training"):
@@ -490,24 +526,7 @@ def checkpoint_llc_figure(cells: Sequence[Mapping], title: str | None = "LLC ove
         ),
         secondary_y=False,
     )
-    for level, color, name in (
-        ("warn", WARN_COLOR, "warned (verdict warn or LLC warnings)"),
-        ("fail", FLAG_COLOR, "verdict fail"),
-    ):
-        flagged = [c for c in done if _cell_level(c) == level]
-        if flagged:
-            fig.add_trace(
-                go.Scatter(
-                    x=[float(c["step"]) for c in flagged],
-                    y=[float(c["llc"]) for c in flagged],
-                    mode="markers",
-                    marker={"color": color, "size": 12, "line": {"color": "white", "width": 1}},
-                    name=name,
-                    customdata=[", ".join(c.get("warnings") or []) for c in flagged],
-                    hovertemplate="step %{x}<br>λ̂ %{y:.4g}<br>%{customdata}<extra></extra>",
-                ),
-                secondary_y=False,
-            )
+    _flagged_points(fig, done)
     lossy = [c for c in cells if c.get("train_loss") is not None]
     fig.add_trace(
         go.Scatter(

@@ -68,6 +68,29 @@ def density_figure(
             name="target",
         )
     )
+    _draws_and_paths(fig, cloud, paths)
+    fig.update_layout(
+        title=title,
+        height=height,
+        # one scale on both axes: the donut is a ring, not an ellipse
+        xaxis={"title": labels[0], "range": [float(v) for v in view[0]], "constrain": "domain"},
+        yaxis={
+            "title": labels[1],
+            "range": [float(v) for v in view[1]],
+            "scaleanchor": "x",
+            "scaleratio": 1,
+            "constrain": "domain",
+        },
+        legend=LEGEND,
+        font=FONT,
+        margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
+    )
+    return fig
+
+
+def _draws_and_paths(fig: go.Figure, cloud, paths) -> None:
+    """``density_figure``'s draws as small orange markers and each chain's path as a line
+    ending in a larger marker, on top of its contours."""
     if cloud is not None and len(cloud):
         cloud = np.asarray(cloud, dtype=float)
         fig.add_trace(
@@ -94,23 +117,6 @@ def density_figure(
                     name=f"chain {i}",
                 )
             )
-    fig.update_layout(
-        title=title,
-        height=height,
-        # one scale on both axes: the donut is a ring, not an ellipse
-        xaxis={"title": labels[0], "range": [float(v) for v in view[0]], "constrain": "domain"},
-        yaxis={
-            "title": labels[1],
-            "range": [float(v) for v in view[1]],
-            "scaleanchor": "x",
-            "scaleratio": 1,
-            "constrain": "domain",
-        },
-        legend=LEGEND,
-        font=FONT,
-        margin={"l": 50, "r": 20, "t": 40 if title else 10, "b": 40},
-    )
-    return fig
 
 
 def trace_figure(

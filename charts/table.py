@@ -179,17 +179,6 @@ def rounded(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def json_safe(value):
-    """``value`` with non-finite floats as None: JSON has no NaN (a diverged run's R-hat)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
 def number(value, digits: int = 4) -> str:
     """A number for a metric tile, which cuts what does not fit with an ellipsis: ``digits``
     significant figures, in short scientific notation where the plain form runs long

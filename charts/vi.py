@@ -1,9 +1,10 @@
 """Figures of the variational n-scan (reference 004): each fit's objective against its epochs,
 and -Psi against log n with the fitted slope beside the exact -log Z_bar and the true lambda.
 
-Inputs are what ``runs.vi.results`` returns: cells (n, source, status, psi, psi_se, log_z_bar,
-curve {"epoch", "objective"} or None), slopes {source: {slope, slope_se, intercept} or None},
-log_z_bar_fit and true_lc. A value that is None or not finite is left out, never drawn as 0.
+Inputs are what ``studies.vi_scan.results`` returns: cells (n, source, status, psi, psi_se,
+log_z_bar, curve {"epoch", "objective"} or None), slopes {source: {slope, slope_se, intercept}
+or None}, log_z_bar_fit and true_lc. A value that is None or not finite is left out, never
+drawn as 0.
 """
 
 from __future__ import annotations
@@ -95,6 +96,32 @@ def _fitted_line(fig: go.Figure, log_n: np.ndarray, fit: Mapping, line: dict) ->
     fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line=line, showlegend=False, hoverinfo="skip"))
 
 
+def _source_points(fig: go.Figure, source: str, points: list, fit: Mapping | None) -> tuple:
+    """One source's -Psi points (n, -Psi, SE) with 2 SE bars and its fitted line; returns them
+    as (log n, -Psi), an anchor for the line of the true slope."""
+    log_n = np.log([p[0] for p in points])
+    value = np.array([p[1] for p in points])
+    se = np.array([2 * (p[2] or 0.0) for p in points])
+    slope = "" if not fit else f", slope {fit['slope']:.3f}"
+    if fit and fit.get("slope_se") is not None:
+        slope += f" ± {fit['slope_se']:.3f}"
+    fig.add_trace(
+        go.Scatter(
+            x=log_n,
+            y=value,
+            mode="markers",
+            name=f"−Ψ {LABELS[source]}{slope}",
+            marker={"color": COLOURS[source], "size": 10},
+            error_y={"type": "data", "array": se, "visible": True},
+            customdata=np.array([p[0] for p in points]),
+            hovertemplate=f"{LABELS[source]}<br>n %{{customdata}}<br>−Ψ %{{y:.4g}}<extra></extra>",
+        )
+    )
+    if fit:
+        _fitted_line(fig, log_n, fit, {"color": COLOURS[source]})
+    return log_n, value
+
+
 def free_energy_figure(
     cells: Sequence[Mapping],
     slopes: Mapping[str, Mapping | None],
@@ -114,32 +141,9 @@ def free_energy_figure(
             for c in cells
             if c.get("source") == source and _finite(c.get("psi")) is not None
         ]
-        if not points:
-            continue
-        points.sort()
-        log_n = np.log([p[0] for p in points])
-        value = np.array([p[1] for p in points])
-        se = np.array([2 * (p[2] or 0.0) for p in points])
-        fit = slopes.get(source)
-        slope = "" if not fit else f", slope {fit['slope']:.3f}"
-        if fit and fit.get("slope_se") is not None:
-            slope += f" ± {fit['slope_se']:.3f}"
-        fig.add_trace(
-            go.Scatter(
-                x=log_n,
-                y=value,
-                mode="markers",
-                name=f"−Ψ {LABELS[source]}{slope}",
-                marker={"color": COLOURS[source], "size": 10},
-                error_y={"type": "data", "array": se, "visible": True},
-                customdata=np.array([p[0] for p in points]),
-                hovertemplate=f"{LABELS[source]}<br>n %{{customdata}}<br>−Ψ %{{y:.4g}}"
-                "<extra></extra>",
-            )
-        )
-        if fit:
-            _fitted_line(fig, log_n, fit, {"color": COLOURS[source]})
-        anchor = anchor or (log_n, value)
+        if points:
+            drawn = _source_points(fig, source, sorted(points), slopes.get(source))
+            anchor = anchor or drawn
     # one exact value per n (both sources' fits compute the same quadrature)
     exact = sorted(
         {(c["n"], -c["log_z_bar"]) for c in cells if _finite(c.get("log_z_bar")) is not None}

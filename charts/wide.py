@@ -2,7 +2,7 @@
 (Fig. 7 left), acceptance and adapted step per cell, posterior slices in theta and in phi
 (Fig. 5), and the KL of the posterior from the prior against width (section 5).
 
-Inputs are what ``studies.sweep.reprior_results`` (cells: width, parametrisation, status, ess
+Inputs are what ``studies.reprior.results`` (cells: width, parametrisation, status, ess
 {"theta", "f": {min, mean, max, draws} or None}, acceptance, step), ``studies.wide.slices`` and
 ``studies.wide.kl_table`` return. A value that is None, NaN or not positive (on a log axis) is left
 out of a figure, never drawn as zero.
@@ -148,47 +148,7 @@ def acceptance_figure(
             (c for c in cells if c.get("parametrisation") == parametrisation),
             key=lambda c: c["width"],
         )
-        accept = [(c["width"], c.get("status"), _number(c.get("acceptance"))) for c in rows]
-        accept = [(w, s, a) for w, s, a in accept if a is not None]
-        step = [(c["width"], _positive(c.get("step"))) for c in rows]
-        step = [(w, s) for w, s in step if s is not None]
-        style = {"color": COLOURS[parametrisation]}
-        if accept:
-            low = min(low, min(a for _, _, a in accept))
-            fig.add_trace(
-                go.Scatter(
-                    x=[w for w, _, _ in accept],
-                    y=[a for _, _, a in accept],
-                    mode="lines+markers",
-                    name=LABELS[parametrisation],
-                    legendgroup=parametrisation,
-                    line=style,
-                    marker={  # hollow while the run goes: its acceptance so far
-                        **style,
-                        "size": 9,
-                        "symbol": [
-                            "circle" if s == "completed" else "circle-open" for _, s, _ in accept
-                        ],
-                    },
-                ),
-                row=1,
-                col=1,
-            )
-        if step:
-            fig.add_trace(
-                go.Scatter(
-                    x=[w for w, _ in step],
-                    y=[s for _, s in step],
-                    mode="lines+markers",
-                    name=LABELS[parametrisation],
-                    legendgroup=parametrisation,
-                    showlegend=not accept,
-                    line=style,
-                    marker={**style, "size": 9},
-                ),
-                row=1,
-                col=2,
-            )
+        low = min(low, _acceptance_and_step(fig, parametrisation, rows))
     if mh:
         fig.add_hrect(
             y0=band[0],
@@ -215,6 +175,52 @@ def acceptance_figure(
     return fig
 
 
+def _acceptance_and_step(fig: go.Figure, parametrisation: str, rows: list) -> float:
+    """One parametrisation's acceptance (left; hollow while a run goes) and adapted step
+    (right) against width; returns its lowest acceptance (1 when there is none yet)."""
+    accept = [(c["width"], c.get("status"), _number(c.get("acceptance"))) for c in rows]
+    accept = [(w, s, a) for w, s, a in accept if a is not None]
+    step = [(c["width"], _positive(c.get("step"))) for c in rows]
+    step = [(w, s) for w, s in step if s is not None]
+    style = {"color": COLOURS[parametrisation]}
+    if accept:
+        fig.add_trace(
+            go.Scatter(
+                x=[w for w, _, _ in accept],
+                y=[a for _, _, a in accept],
+                mode="lines+markers",
+                name=LABELS[parametrisation],
+                legendgroup=parametrisation,
+                line=style,
+                marker={  # hollow while the run goes: its acceptance so far
+                    **style,
+                    "size": 9,
+                    "symbol": [
+                        "circle" if s == "completed" else "circle-open" for _, s, _ in accept
+                    ],
+                },
+            ),
+            row=1,
+            col=1,
+        )
+    if step:
+        fig.add_trace(
+            go.Scatter(
+                x=[w for w, _ in step],
+                y=[s for _, s in step],
+                mode="lines+markers",
+                name=LABELS[parametrisation],
+                legendgroup=parametrisation,
+                showlegend=not accept,
+                line=style,
+                marker={**style, "size": 9},
+            ),
+            row=1,
+            col=2,
+        )
+    return min((a for _, _, a in accept), default=1.0)
+
+
 def clipped(z, quantile: float = CLIP_QUANTILE) -> tuple[np.ndarray, float, float]:
     """``z`` clipped to [its smallest finite value, its ``quantile``] (NaN kept, ±inf to the
     ends), and those ends: the rule both slices are drawn by."""
@@ -235,16 +241,9 @@ def _span(z) -> str:
     return f"{finite.min():.3g} … {finite.max():.3g}" if finite.size else "no finite values"
 
 
-def slice_figure(s: Mapping, shared: bool = False, quantile: float = CLIP_QUANTILE) -> go.Figure:
-    """The two 2-D slices of ``studies.wide.slices`` side by side: −log p minus its value at the
-    centre, on the plane (a, b) through the run's last draw, in θ (left) and in φ (right).
-
-    Colours run from the smallest value to the ``quantile`` (``clipped``), by the same rule in
-    both panels: each its own bar (``shared`` False: the shapes compare, a stretched valley
-    against a round bowl), or one bar from the lower of the two floors to the higher of the two
-    tops (``shared``: the heights compare, and the smoother slice shows fewer contours)."""
-    a, b = np.asarray(s["a"], dtype=float), np.asarray(s["b"], dtype=float)
-    names = {"theta": "θ (original)", "phi": "φ (repriorised)"}
+def _slice_panels(s: Mapping, names: tuple, shared: bool, quantile: float) -> dict:
+    """Each slice clipped (``clipped``), with its ends: its own, or (``shared``) one range from
+    the lower of the two floors to the higher of the two tops."""
     panels = {name: clipped(s[name], quantile) for name in names}
     if shared:
         lows = [p[1] for p in panels.values() if math.isfinite(p[1])]
@@ -255,6 +254,42 @@ def slice_figure(s: Mapping, shared: bool = False, quantile: float = CLIP_QUANTI
                 name: (np.clip(np.asarray(s[name], dtype=float), low, high), low, high)
                 for name in names
             }
+    return panels
+
+
+def _colour_axes(panels: dict, shared: bool) -> dict:
+    """The slices' colour axes: one bar for both (``shared``), or one beside each panel."""
+    bar = {"len": 0.8, "thickness": 14, "title": "−log p − centre"}
+    ends = [(p[1], p[2]) if math.isfinite(p[1]) else (None, None) for p in panels.values()]
+    axes = {
+        "coloraxis": {
+            "colorscale": COLORSCALE,
+            "colorbar": {**bar, "x": 1.0 if shared else 0.42},
+            "cmin": ends[0][0],
+            "cmax": ends[0][1],
+        }
+    }
+    if not shared:
+        axes["coloraxis2"] = {
+            "colorscale": COLORSCALE,
+            "colorbar": {**bar, "x": 1.0},
+            "cmin": ends[1][0],
+            "cmax": ends[1][1],
+        }
+    return axes
+
+
+def slice_figure(s: Mapping, shared: bool = False, quantile: float = CLIP_QUANTILE) -> go.Figure:
+    """The two 2-D slices of ``studies.wide.slices`` side by side: −log p minus its value at the
+    centre, on the plane (a, b) through the run's last draw, in θ (left) and in φ (right).
+
+    Colours run from the smallest value to the ``quantile`` (``clipped``), by the same rule in
+    both panels: each its own bar (``shared`` False: the shapes compare, a stretched valley
+    against a round bowl), or one bar from the lower of the two floors to the higher of the two
+    tops (``shared``: the heights compare, and the smoother slice shows fewer contours)."""
+    a, b = np.asarray(s["a"], dtype=float), np.asarray(s["b"], dtype=float)
+    names = {"theta": "θ (original)", "phi": "φ (repriorised)"}
+    panels = _slice_panels(s, tuple(names), shared, quantile)
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -298,23 +333,7 @@ def slice_figure(s: Mapping, shared: bool = False, quantile: float = CLIP_QUANTI
         anchor = "x" if col == 1 else "x2"
         fig.update_yaxes(scaleanchor=anchor, scaleratio=1, title="b", row=1, col=col)
         fig.update_xaxes(title="a", constrain="domain", row=1, col=col)
-    bar = {"len": 0.8, "thickness": 14, "title": "−log p − centre"}
-    ends = [(p[1], p[2]) if math.isfinite(p[1]) else (None, None) for p in panels.values()]
-    axes = {
-        "coloraxis": {
-            "colorscale": COLORSCALE,
-            "colorbar": {**bar, "x": 1.0 if shared else 0.42},
-            "cmin": ends[0][0],
-            "cmax": ends[0][1],
-        }
-    }
-    if not shared:
-        axes["coloraxis2"] = {
-            "colorscale": COLORSCALE,
-            "colorbar": {**bar, "x": 1.0},
-            "cmin": ends[1][0],
-            "cmax": ends[1][1],
-        }
+    axes = _colour_axes(panels, shared)
     fig.update_layout(
         title=f"Posterior slices through the last draw (width {s.get('width')}, "
         f"{LABELS.get(s.get('parametrisation'), s.get('parametrisation'))} run)",

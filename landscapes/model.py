@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import data as datasets
 from .base import ParamError, Target
+from .data import Dataset
 from .networks import Network, check_dim, network_facts
 
 LOSSES = ("cross_entropy", "mse")
@@ -237,7 +237,7 @@ class Model(Network):
         y = y.double() if y.is_floating_point() else y
         empty = (x[:0], y[:0])
         task = "classification" if classification else "regression"
-        dataset = datasets.Dataset(x, y, *empty, task, outputs if classification else None)
+        dataset = Dataset(x, y, *empty, task, outputs if classification else None)
         super().__init__("model", layout, dataset)
         self.module, self.loss_fn = module, loss
         self.outputs = outputs

@@ -13,22 +13,10 @@ import torch
 
 from .base import Param, ParamError, Spec, TargetSpec
 from .data import DATASETS
+from .dln import SIZE_CLASSES, dln_facts, make_dln, make_rrr, rrr_facts
 from .formula import MAX_DIM
+from .mlp import PRIORS, make_mlp, mlp_facts
 from .model import make_model, model_facts, resolve_checkpoint, resolve_factory
-from .networks import (
-    PRIORS,
-    SIZE_CLASSES,
-    dln_facts,
-    make_dln,
-    make_mlp,
-    make_polynomial,
-    make_rrr,
-    make_tanh,
-    mlp_facts,
-    polynomial_facts,
-    rrr_facts,
-    tanh_facts,
-)
 from .ntk import DATA, PARAMETRISATIONS, make_ntk_fcn, ntk_facts
 from .potentials import (
     Banana,
@@ -42,6 +30,7 @@ from .potentials import (
     make_gaussian,
     make_harmonic,
 )
+from .singular import make_polynomial, make_tanh, polynomial_facts, tanh_facts
 
 GALLERY = "MCMC Interactive Gallery (C. Feng); exact definitions"
 P000 = "000 Hitchcock & Hoogland, local posterior sampling benchmark"

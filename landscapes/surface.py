@@ -19,13 +19,21 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .base import DATA_CHUNK, ParamError, Target
+from .directions import (
+    PCA,
+    Directions,
+    check_components,
+    hessian_directions,
+    pca,
+    pca_directions,
+    random_directions,
+)
 
 DIRECTIONS = ("pca", "random", "hessian")
 REFERENCES = ("auto", "w0", "mean", "last", "best")
@@ -36,9 +44,7 @@ COMPONENT_PRESETS = {
     "TATi SLP: PC1 / PC64": (1, 64),
     "TATi MLP: PC1 / PC100": (1, 100),
 }
-EXACT_PCA_MAX = 1000  # min(points, d) up to which the PCA is a full SVD
 SPECTRUM = 100  # principal components reported at least (when the trajectory has them)
-DENSE_HESSIAN_MAX = 64  # d up to which the Hessian is formed from d HVPs and solved with eigh
 # Floats of parameters + activations per batch of grid points. On a CPU a batch that stays near
 # the cache is no slower, and a larger one can be slower: a 41 x 41 surface of `tanh` (generic
 # path, float32, 2 cores) took 131-148 ms in chunks of 418 points and 164-172 ms in chunks of
@@ -46,244 +52,6 @@ DENSE_HESSIAN_MAX = 64  # d up to which the Hessian is formed from d HVPs and so
 # (MLP.plane_loss) took 23-25 ms as 21 + 20 points, 22-24 ms whole and 25-27 ms in parts
 # of 14. A GPU wants large batches, bounded by memory (~256 MB in float64).
 CHUNK_ELEMENTS = {"cpu": 2**21, "cuda": 2**25}
-
-
-# -- directions ----------------------------------------------------------------------------------
-
-
-@dataclass
-class PCA:
-    """Principal axes of a trajectory: ``components`` [k, d] orthonormal rows, variances
-    descending; ``explained_variance_ratio`` is relative to the trajectory's total variance."""
-
-    components: np.ndarray
-    explained_variance: np.ndarray
-    explained_variance_ratio: np.ndarray
-    mean: np.ndarray
-    method: str
-
-
-def pca(points: np.ndarray, k: int | None = None, method: str = "auto", seed: int = 0) -> PCA:
-    """PCA of ``points`` [..., d] (chains x draws x d are pooled into rows, one global mean).
-
-    ``method``: "exact" (LAPACK SVD of the rows), "randomized" (Halko et al. on the rows, top k
-    only), "incremental" (IncrementalPCA in row batches) or "auto" (exact when min(rows, d) <=
-    EXACT_PCA_MAX). ``k`` defaults to the rank of the centred rows, min(rows - 1, d)."""
-    from sklearn.decomposition import PCA as SkPCA
-    from sklearn.decomposition import IncrementalPCA
-
-    x = np.asarray(points)
-    x = x.reshape(-1, x.shape[-1])
-    if not np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float64)
-    rows, d = x.shape
-    if rows < 2:
-        raise ParamError("trajectory", f"the PCA needs at least 2 points, got {rows}")
-    if not np.isfinite(x).all():
-        raise ParamError("trajectory", "has NaN or Inf positions (a diverged chain); drop it first")
-    rank = min(rows - 1, d)
-    k = rank if k is None else int(k)
-    if not 1 <= k <= rank:
-        raise ParamError(
-            "components", f"must be in [1, {rank}] for {rows} points in d={d}, got {k}"
-        )
-    if method == "auto":
-        method = "exact" if min(rows, d) <= EXACT_PCA_MAX else "randomized"
-    if method == "exact":
-        model = SkPCA(n_components=k, svd_solver="full")
-    elif method == "randomized":
-        model = SkPCA(n_components=k, svd_solver="randomized", random_state=seed)
-    elif method == "incremental":
-        model = IncrementalPCA(n_components=k, batch_size=max(5 * k, 256))
-    else:
-        raise ParamError(
-            "method", f"must be one of auto, exact, randomized, incremental, got {method!r}"
-        )
-    model.fit(x)
-    return PCA(
-        components=np.asarray(model.components_, dtype=np.float64),
-        explained_variance=np.asarray(model.explained_variance_, dtype=np.float64),
-        explained_variance_ratio=np.asarray(model.explained_variance_ratio_, dtype=np.float64),
-        mean=np.asarray(model.mean_, dtype=np.float64),
-        method=method,
-    )
-
-
-@dataclass
-class Directions:
-    """Two directions ``vectors`` [2, d] and how they were found (``labels`` name them)."""
-
-    vectors: np.ndarray
-    kind: str
-    components: tuple[int, int]
-    labels: tuple[str, str]
-    values: tuple[float, float] = (math.nan, math.nan)  # variance ratios or Hessian eigenvalues
-    meta: dict = field(default_factory=dict)
-
-
-def check_components(components, available: int | None = None, what: str = "") -> tuple[int, int]:
-    """Two distinct 1-based component numbers, each <= ``available`` when it is given."""
-    try:
-        pair = tuple(int(c) for c in components)
-    except (TypeError, ValueError):
-        raise ParamError(
-            "components", f"must be two integers like 1,2, got {components!r}"
-        ) from None
-    if len(pair) != 2 or pair[0] == pair[1] or min(pair) < 1:
-        raise ParamError(
-            "components", f"must be two distinct integers >= 1 like 1,2, got {components!r}"
-        )
-    if available is not None and max(pair) > available:
-        raise ParamError("components", f"must be in [1, {available}] ({what}), got {list(pair)}")
-    return pair
-
-
-def picked(kind: str, vectors: np.ndarray, values: np.ndarray, pair, name, **meta) -> Directions:
-    """Directions ``pair`` (1-based) out of ranked ``vectors`` [k, d] with their ``values``;
-    ``name(i, value)`` labels direction i."""
-    i, j = pair
-    return Directions(
-        vectors=vectors[[i - 1, j - 1]],
-        kind=kind,
-        components=(i, j),
-        labels=(name(i, values[i - 1]), name(j, values[j - 1])),
-        values=(float(values[i - 1]), float(values[j - 1])),
-        meta=meta,
-    )
-
-
-def pca_directions(result: PCA, components=(1, 2)) -> Directions:
-    pair = check_components(components, len(result.components), "principal components found")
-    return picked(
-        "pca",
-        result.components,
-        result.explained_variance_ratio,
-        pair,
-        lambda i, r: f"PC{i} ({100 * r:.3g}% of variance)",
-        pca_method=result.method,
-    )
-
-
-def filter_normalise(direction: np.ndarray, theta: np.ndarray, layout: dict) -> np.ndarray:
-    """Li et al. (2018): every filter of ``direction`` rescaled to the norm of the matching filter
-    of ``theta``. A filter is a row (one output unit's incoming weights) of a tensor with two or
-    more axes; biases are zeroed, as Li et al. do; any other vector is one filter."""
-    out, i = np.empty_like(direction), 0
-    for name, shape in layout.items():
-        size = math.prod(shape)
-        d, t = direction[i : i + size], theta[i : i + size]
-        if len(shape) == 1 and name.split(".")[-1] == "bias":
-            out[i : i + size] = 0.0
-        else:
-            rows = shape[0] if len(shape) > 1 else 1
-            d, t = d.reshape(rows, -1), t.reshape(rows, -1)
-            scale = np.linalg.norm(t, axis=1, keepdims=True) / np.linalg.norm(
-                d, axis=1, keepdims=True
-            )
-            out[i : i + size] = (d * scale).ravel()
-        i += size
-    return out
-
-
-def random_directions(
-    target: Target, theta: np.ndarray, seed: int = 0, normalisation: str = "auto"
-) -> Directions:
-    """Two Gaussian random directions, filter-normalised to ``theta`` ("filter", the default for
-    networks: it removes the scale symmetry of ReLU layers), or orthonormal ("unit", the default
-    for potentials, whose coordinates have no filters)."""
-    if normalisation == "auto":
-        normalisation = "unit" if target.n is None else "filter"
-    rng = np.random.default_rng(seed)
-    raw = rng.standard_normal((2, target.dim))
-    if normalisation == "unit":
-        vectors = np.linalg.qr(raw.T)[0].T
-    elif normalisation == "filter":
-        vectors = np.stack([filter_normalise(r, theta, target.layout) for r in raw])
-        if not (np.linalg.norm(vectors, axis=1) > 0).all():
-            raise ParamError(
-                "normalisation",
-                "filter normalisation gives a zero direction at this reference point (every "
-                "filter of theta* is zero); use normalisation='unit'",
-            )
-    else:
-        raise ParamError("normalisation", f"must be auto, filter or unit, got {normalisation!r}")
-    label = "filter-normalised random" if normalisation == "filter" else "random unit"
-    return Directions(
-        vectors=vectors,
-        kind="random",
-        components=(1, 2),
-        labels=(f"{label} direction 1", f"{label} direction 2"),
-        meta={"normalisation": normalisation, "seed": seed},
-    )
-
-
-def hvp(target: Target, theta: Tensor, vectors: Tensor) -> Tensor:
-    """[k, d] Hessian-vector products H(theta) v of the full-data loss, one vector per chain
-    (chains are independent, so one double backward gives all k), summed over data chunks."""
-    k, n = vectors.shape[0], target.n
-    spans = [None] if n is None else [(s, min(s + DATA_CHUNK, n)) for s in range(0, n, DATA_CHUNK)]
-    out = torch.zeros_like(vectors)
-    for span in spans:
-        batch = None if span is None else target.batch(torch.arange(*span, device=theta.device))
-        weight = 1.0 if span is None else (span[1] - span[0]) / n
-        with torch.enable_grad():
-            x = theta.expand(k, -1).clone().requires_grad_(True)
-            (g,) = torch.autograd.grad(target.loss(x, batch).sum(), x, create_graph=True)
-            (hv,) = torch.autograd.grad(g, x, grad_outputs=vectors)
-        out += weight * hv.detach()
-    return out
-
-
-def hessian_eigen(target: Target, theta: np.ndarray, k: int, method: str = "auto", seed: int = 0):
-    """The k largest (algebraic) eigenvalues of the full-data loss's Hessian at ``theta`` and their
-    eigenvectors [k, d], descending: Lanczos (ARPACK's eigsh) on Hessian-vector products, or,
-    for d <= DENSE_HESSIAN_MAX, numpy's eigh on the Hessian built from d products."""
-    from scipy.sparse.linalg import LinearOperator, eigsh
-
-    d = target.dim
-    if not 1 <= k <= d:
-        raise ParamError("components", f"must be in [1, {d}] (the Hessian's size), got {k}")
-    t = torch.as_tensor(theta, device=target.device, dtype=target.dtype)
-    if method == "auto":
-        method = "dense" if d <= DENSE_HESSIAN_MAX or k >= d else "lanczos"
-    if method == "dense":
-        eye = torch.eye(d, device=t.device, dtype=t.dtype)
-        h = torch.cat([hvp(target, t, eye[s : s + 256]) for s in range(0, d, 256)])
-        h = h.cpu().double().numpy()
-        values, vectors = np.linalg.eigh((h + h.T) / 2)
-        order = np.argsort(values)[::-1][:k]
-        return values[order], vectors[:, order].T
-    if method != "lanczos":
-        raise ParamError("method", f"must be auto, dense or lanczos, got {method!r}")
-    if k >= d:
-        raise ParamError("components", f"Lanczos finds at most d - 1 = {d - 1} eigenvectors")
-
-    def matvec(v: np.ndarray) -> np.ndarray:
-        v = torch.as_tensor(
-            np.asarray(v, dtype=np.float64).reshape(1, d), device=t.device, dtype=t.dtype
-        )
-        return hvp(target, t, v)[0].cpu().double().numpy()
-
-    start = np.random.default_rng(seed).standard_normal(d)  # ARPACK's own start is not seeded
-    op = LinearOperator((d, d), matvec=matvec, dtype=np.float64)
-    values, vectors = eigsh(op, k=k, which="LA", v0=start, tol=1e-8)
-    order = np.argsort(values)[::-1]
-    return values[order], vectors[:, order].T
-
-
-def hessian_directions(
-    target: Target, theta: np.ndarray, components=(1, 2), method: str = "auto", seed: int = 0
-) -> Directions:
-    pair = check_components(components, target.dim, "the Hessian's size")
-    values, vectors = hessian_eigen(target, theta, max(pair), method, seed)
-    return picked(
-        "hessian",
-        vectors,
-        values,
-        pair,
-        lambda i, v: f"Hessian eigenvector {i} (λ = {v:.3g})",
-        eigenvalues=values,
-    )
 
 
 # -- evaluation ----------------------------------------------------------------------------------
@@ -432,6 +200,87 @@ def surface(
     lowest-loss overlay point), or auto (w0 when there is one, else best). ``half_width``:
     the grid is [-half_width, half_width]^2; None picks the smallest 10^i domain holding the path.
     """
+    traj = np.asarray(trajectory)
+    components, kept, every = _checked(
+        target,
+        traj,
+        directions,
+        components,
+        reference,
+        burn_in,
+        every,
+        path_chains,
+        seed,
+        path_points,
+    )
+    steps = np.arange(traj.shape[1]) if steps is None else np.asarray(steps)
+    shown = kept[:path_chains]
+    index, shown_points, path_loss = _overlay(target, traj, shown, every, chunk)
+    body = traj[kept, burn_in:]
+    reference, theta = _reference_point(
+        target, traj, kept, body, reference, w0, path_loss, shown_points
+    )
+    dirs, result = _plane(
+        target,
+        theta,
+        body,
+        directions,
+        components,
+        spectrum,
+        pca_method,
+        normalisation,
+        hessian_method,
+        seed,
+    )
+    path, off_plane = project(shown_points, theta, dirs.vectors)
+    half_width = auto_range(path) if half_width is None else float(half_width)
+    out = _plane_losses(target, theta, dirs, grid, half_width, chunk)
+    seen = np.concatenate([out["loss"].ravel(), path_loss.ravel(), [out["reference_loss"]]])
+    out.update(
+        path=path,
+        path_loss=path_loss,
+        path_step=steps[index],
+        path_chain=shown,
+        off_plane=off_plane,
+        theta=theta,
+        reference=reference,
+        lowest_loss=float(np.nanmin(seen)) if np.isfinite(seen).any() else math.nan,
+        diverged_chains=int(traj.shape[0] - len(kept)),
+    )
+    return out | _direction_facts(dirs, result)
+
+
+def _direction_facts(dirs: Directions, result: PCA | None) -> dict:
+    """The plane's directions as ``surface`` reports them, with the PCA's spectrum (empty
+    without a PCA) and the directions' own facts (``meta_*``)."""
+    return {
+        "directions": dirs.vectors,
+        "direction_kind": dirs.kind,
+        "components": np.asarray(dirs.components),
+        "direction_values": np.asarray(dirs.values),
+        "label0": dirs.labels[0],
+        "label1": dirs.labels[1],
+        "explained_variance_ratio": (
+            result.explained_variance_ratio if result is not None else np.empty(0)
+        ),
+        **{f"meta_{k}": v for k, v in dirs.meta.items()},
+    }
+
+
+def _checked(
+    target: Target,
+    traj: np.ndarray,
+    directions: str,
+    components,
+    reference: str,
+    burn_in: int,
+    every: int | None,
+    path_chains: int,
+    seed: int,
+    path_points: int,
+) -> tuple[tuple[int, int], np.ndarray, int]:
+    """``surface``'s arguments checked, each error naming its field: returns the components,
+    the chains that never diverged, and the overlay's thinning."""
     if directions not in DIRECTIONS:
         raise ParamError("directions", f"must be one of {list(DIRECTIONS)}, got {directions!r}")
     components = check_components(components)
@@ -439,17 +288,14 @@ def surface(
         raise ParamError("reference", f"must be one of {list(REFERENCES)}, got {reference!r}")
     if target.dim < 2:
         raise ParamError("target", f"a surface needs d >= 2 parameters; {target.name} has d = 1")
-    traj = np.asarray(trajectory)
     if traj.ndim != 3 or traj.shape[2] != target.dim:
         raise ParamError(
             "trajectory", f"must be [chains, draws, {target.dim}], got {list(traj.shape)}"
         )
-    chains, draws, _ = traj.shape
-    steps = np.arange(draws) if steps is None else np.asarray(steps)
+    draws = traj.shape[1]
     finite = np.isfinite(traj).all(axis=(1, 2))  # diverged chains stay out of PCA and overlay
     if not finite.any():
         raise ParamError("trajectory", "every chain has NaN or Inf positions (all diverged)")
-    kept = np.flatnonzero(finite)
     if not 0 <= burn_in < draws:
         raise ParamError("burn_in", f"must be in [0, {draws - 1}] (draws recorded), got {burn_in}")
     if every is None:
@@ -460,24 +306,26 @@ def surface(
         raise ParamError("path_chains", f"must be >= 1, got {path_chains}")
     if not 0 <= seed < 2**63:  # numpy's generators take no negative seed
         raise ParamError("seed", f"must be an integer in [0, 2^63), got {seed}")
+    return components, np.flatnonzero(finite), every
 
-    # The overlay: thinned draws of a few chains, each with its true full-data loss.
-    shown = kept[:path_chains]
-    index = np.arange(0, draws, every)
-    if index[-1] != draws - 1:
-        index = np.append(index, draws - 1)  # always show where the chain ended
-    shown_points = traj[np.ix_(shown, index)]  # [chains, points, d]
-    flat = torch.as_tensor(
-        shown_points.reshape(-1, target.dim), device=target.device, dtype=target.dtype
-    )
-    path_loss = losses(target, flat, chunk).reshape(len(shown), len(index))
 
+def _reference_point(
+    target: Target,
+    traj: np.ndarray,
+    kept: np.ndarray,
+    body: np.ndarray,
+    reference: str,
+    w0: np.ndarray | None,
+    path_loss: np.ndarray,
+    shown_points: np.ndarray,
+) -> tuple[str, np.ndarray]:
+    """The plane's centre theta, and the reference it is ("auto" resolved: w0 when there is
+    one, else best)."""
     ref_w0 = (
         w0 if w0 is not None else (None if target.w0 is None else target.w0.double().cpu().numpy())
     )
     if reference == "auto":
         reference = "w0" if ref_w0 is not None else "best"
-    body = traj[kept, burn_in:]
     if reference == "w0":
         if ref_w0 is None:
             raise ParamError(
@@ -497,7 +345,23 @@ def surface(
             )
         c, p = np.unravel_index(np.nanargmin(path_loss), path_loss.shape)
         theta = shown_points[c, p].astype(np.float64)
+    return reference, theta
 
+
+def _plane(
+    target: Target,
+    theta: np.ndarray,
+    body: np.ndarray,
+    directions: str,
+    components: tuple[int, int],
+    spectrum: int,
+    pca_method: str,
+    normalisation: str,
+    hessian_method: str,
+    seed: int,
+) -> tuple[Directions, PCA | None]:
+    """The plane's two directions, and the PCA of the draws after burn-in (its spectrum is
+    reported whatever the directions, when there are 2 draws or more)."""
     result = None
     if body.shape[0] * body.shape[1] >= 2:
         k = max(components) if directions == "pca" else 1
@@ -521,44 +385,46 @@ def surface(
         dirs = random_directions(target, theta, seed, normalisation)
     else:
         dirs = hessian_directions(target, theta, components, hessian_method, seed)
+    return dirs, result
 
-    path, off_plane = project(shown_points, theta, dirs.vectors)
-    half_width = auto_range(path) if half_width is None else float(half_width)
+
+def _overlay(
+    target: Target, traj: np.ndarray, shown: np.ndarray, every: int, chunk: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The overlay: every ``every``-th draw (and the last) of the chains ``shown``, each with
+    its true full-data loss. Returns the draws' indices, the points [chains, points, d] and
+    their losses [chains, points]."""
+    draws = traj.shape[1]
+    index = np.arange(0, draws, every)
+    if index[-1] != draws - 1:
+        index = np.append(index, draws - 1)  # always show where the chain ended
+    shown_points = traj[np.ix_(shown, index)]  # [chains, points, d]
+    flat = torch.as_tensor(
+        shown_points.reshape(-1, target.dim), device=target.device, dtype=target.dtype
+    )
+    return index, shown_points, losses(target, flat, chunk).reshape(len(shown), len(index))
+
+
+def _plane_losses(
+    target: Target, theta: np.ndarray, dirs: Directions, grid: int, half_width: float, chunk
+) -> dict:
+    """The loss on a ``grid`` x ``grid`` square of the plane, [-half_width, half_width]^2, at its
+    centre, and along each direction out to 5 times the half-width, with their extremes."""
     c0 = c1 = coordinates(grid, half_width)
     loss = grid_losses(target, theta, dirs.vectors, c0, c1, chunk)
     reference_loss = float(plane_losses(target, theta, dirs.vectors, np.zeros(1), np.zeros(1))[0])
     sweep_c = np.linspace(-5 * half_width, 5 * half_width, 201)  # TATi Fig. 8: 5x the domain
     sweep_loss = np.stack([sweep(target, theta, v, sweep_c, chunk) for v in dirs.vectors])
-    seen = np.concatenate([loss.ravel(), path_loss.ravel(), [reference_loss]])
-    lowest = float(np.nanmin(seen)) if np.isfinite(seen).any() else math.nan
-    ratio = result.explained_variance_ratio if result is not None else np.empty(0)
     return {
         "c0": c0,
         "c1": c1,
         "loss": loss,
-        "path": path,
-        "path_loss": path_loss,
-        "path_step": steps[index],
-        "path_chain": shown,
-        "off_plane": off_plane,
         "sweep_c": sweep_c,
         "sweep_loss": sweep_loss,
-        "theta": theta,
-        "directions": dirs.vectors,
-        "direction_kind": dirs.kind,
-        "components": np.asarray(dirs.components),
-        "direction_values": np.asarray(dirs.values),
-        "label0": dirs.labels[0],
-        "label1": dirs.labels[1],
-        "explained_variance_ratio": ratio,
-        "reference": reference,
         "reference_loss": reference_loss,
         "centre_loss": float(loss[grid // 2, grid // 2]),
-        "lowest_loss": lowest,
         "range": half_width,
         "grid_min": float(np.nanmin(loss)) if np.isfinite(loss).any() else math.nan,
         "grid_max": float(np.nanmax(loss)) if np.isfinite(loss).any() else math.nan,
         "nonfinite": int(np.isnan(loss).sum()),
-        "diverged_chains": int(chains - len(kept)),
-        **{f"meta_{k}": v for k, v in dirs.meta.items()},
     }

@@ -5,7 +5,7 @@ Widgets (from the registries) -> one RunSpec per sampler -> ui.submit; their rec
 charts.runs: histograms of one coordinate on shared bins with the exact marginal, traces side
 by side, each sampler's IAT along the target's widest directions, and one diagnostics table
 with a row per sampler. EQN's chains are its walkers, one coupled ensemble: it gets a count of
-its own (``report.WALKERS``); every other sampler runs the shared chains.
+its own (``compare.WALKERS``); every other sampler runs the shared chains.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from charts.table import highlighted
 from landscapes import Param, ParamError
 from runs.store import FINAL
 from samplers.explain import explain
-from studies import report
-from studies.report import EXACT_DRAWS, POTENTIALS, WALKERS, labels_of
+from studies import compare, diagnostics
+from studies.compare import WALKERS
+from studies.diagnostics import EXACT_DRAWS, POTENTIALS, labels_of
 from ui import animate
 from ui.live import watch
 from ui.truths import (
@@ -38,8 +39,10 @@ from ui.truths import (
     target_of,
 )
 
+ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
+
 # Each sampler, and each variant of one: "sgrld · monge" runs sgrld with its metric widget hidden
-ENTRIES = report.sampler_entries()
+ENTRIES = compare.sampler_entries()
 SAMPLERS = list(ENTRIES)
 CURVE_POINTS = 401
 BINS = 60
@@ -210,26 +213,11 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
         return
     records, _, first, params_json, target = group
     label = labels_of(target)[coord]
-    burn = report.burn_records(first)
+    burn = diagnostics.burn_records(first)
     exact_all = exact_draws(target.name, params_json)
 
-    labels = report.run_labels(records.values())  # "sgrld · monge": a name is not enough
-    if target.dim == 2 and target.bounds is not None:  # the samplers' first steps, animated
-        sp = first["sampler"]["params"]
-        grid = density_grid(target.name, params_json, float(sp.get("nbeta") or target.nbeta), 1.0)
-        animate.player(
-            list(records.values()),
-            list(labels.values()),
-            grid,
-            target.bounds,
-            labels_of(target),
-            True,
-        )
-    else:
-        st.caption(
-            f"The animated view draws 2-D targets; this one has d = {target.dim} "
-            "(the funnels take dim = 2)."
-        )
+    labels = compare.run_labels(records.values())  # "sgrld · monge": a name is not enough
+    animated(records, labels, target, first, params_json)
     for run_id, record in records.items():
         st.caption(f"**{ui.plain(labels[run_id])}**")
         ui.progress_bar(record)
@@ -237,10 +225,10 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     for run_id, record in records.items():
         name = labels[run_id]
         data[name] = ui.Live(store, run_id, names=NAMES).update()
-        exact_ok[name] = report.targets_exact(record.spec["sampler"]["params"])
+        exact_ok[name] = diagnostics.targets_exact(record.spec["sampler"]["params"])
         position = data[name].get("position")
         if position is not None and len(position):  # an even subsample: reruns stay flat
-            draws[name] = report.even_sample(position, data[name]["diverged"], burn)[0]
+            draws[name] = diagnostics.even_sample(position, data[name]["diverged"], burn)[0]
     if not draws:
         st.caption("Waiting for the first samples…")
         return
@@ -267,6 +255,33 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     )
     st.plotly_chart(histogram, key=f"cmp.hist.{ids[0]}")
 
+    traces(data, ids[0], coord, show, label, edges, first["burn_in"])
+    iat_chart(target, records, labels, data, burn, all(exact_ok.values()))
+    summary_table(records, labels, data, draws, exact, coord, label, burn, ids[0])
+
+
+def animated(records: dict, labels: dict, target, first: dict, params_json: str) -> None:
+    """The samplers' first steps, animated side by side, on a 2-D target."""
+    if target.dim == 2 and target.bounds is not None:
+        sp = first["sampler"]["params"]
+        grid = density_grid(target.name, params_json, float(sp.get("nbeta") or target.nbeta), 1.0)
+        animate.player(
+            list(records.values()),
+            list(labels.values()),
+            grid,
+            target.bounds,
+            labels_of(target),
+            True,
+        )
+    else:
+        st.caption(
+            f"The animated view draws 2-D targets; this one has d = {target.dim} "
+            "(the funnels take dim = 2)."
+        )
+
+
+def traces(data: dict, first_id: str, coord: int, show: int, label: str, edges, burn_in) -> None:
+    """Each sampler's trace of the coordinate, three to a row, on the histogram's range."""
     names = list(data)
     per_row = min(3, len(names))
     for start in range(0, len(names), per_row):
@@ -283,26 +298,29 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
                     f"{name}: trace of {label}",
                     f"{label} (position)",
                     y_range=(edges[0], edges[-1]),
-                    burn_in=first["burn_in"] or None,
+                    burn_in=burn_in or None,
                 ),
-                key=f"cmp.trace.{ids[0]}.{name}",
+                key=f"cmp.trace.{first_id}.{name}",
             )
 
-    iat_chart(target, records, labels, data, burn, all(exact_ok.values()))
 
+def summary_table(
+    records: dict, labels: dict, data: dict, draws: dict, exact, coord: int, label: str, burn, key
+) -> None:
+    """One row per sampler, its failing cells in colour, then each finished run's verdict."""
     rows = []
     for run_id, record in records.items():
         name = labels[run_id]
-        tail = tail_ess(run_id, burn) if report.final_coordinates(record) else None
+        tail = tail_ess(run_id, burn) if diagnostics.final_coordinates(record) else None
         rows.append(
-            report.compare_row(record, data[name], draws.get(name), exact, coord, label, tail)
+            compare.compare_row(record, data[name], draws.get(name), exact, coord, label, tail)
             | {"sampler": name}
         )
     flags = [
-        report.cell_flags(row, record.spec["sampler"]["name"])
+        diagnostics.cell_flags(row, record.spec["sampler"]["name"])
         for row, record in zip(rows, records.values(), strict=True)
     ]
-    st.dataframe(highlighted(rows, flags), hide_index=True, key=f"cmp.table.{ids[0]}")
+    st.dataframe(highlighted(rows, flags), hide_index=True, key=f"cmp.table.{key}")
     for run_id, record in records.items():
         if record.status in FINAL:  # each run's verdict in colour, as soon as it ends
             st.caption(f"**{ui.plain(labels[run_id])}**")
@@ -314,16 +332,16 @@ def budget_label(group: list) -> str:
     "(eqn: 8 walkers)"."""
     own = [r for r in group if r.spec["sampler"]["name"] in WALKERS]
     shared = [r for r in group if r not in own] or group
-    walkers = ", ".join(f"{report.sampler_label(r.spec)}: {r.spec['chains']} walkers" for r in own)
+    walkers = ", ".join(f"{compare.sampler_label(r.spec)}: {r.spec['chains']} walkers" for r in own)
     return f"{shared[0].spec['chains']} chains × {shared[0].spec['steps']} steps" + (
         f" ({walkers})" if walkers else ""
     )
 
 
 def iat_chart(target, records: dict, labels: dict, data: dict, burn: int, exact: bool) -> None:
-    """Each sampler's IAT along the target's widest directions (``report.iat_by_direction``)."""
-    if target.dim > report.IAT_MAX_DIM:
-        st.caption(f"The IAT per direction is drawn for d ≤ {report.IAT_MAX_DIM}.")
+    """Each sampler's IAT along the target's widest directions (``compare.iat_by_direction``)."""
+    if target.dim > compare.IAT_MAX_DIM:
+        st.caption(f"The IAT per direction is drawn for d ≤ {compare.IAT_MAX_DIM}.")
         return
     runs = {}
     for run_id, record in records.items():
@@ -332,7 +350,7 @@ def iat_chart(target, records: dict, labels: dict, data: dict, burn: int, exact:
             runs[labels[run_id]] = (live["position"], live["diverged"], record.spec["thin"])
     if not runs:
         return
-    found = report.iat_by_direction(target, runs, burn, exact)
+    found = compare.iat_by_direction(target, runs, burn, exact)
     k = len(found["variance"])
     st.plotly_chart(
         charts.iat_direction_figure(
@@ -353,7 +371,7 @@ def iat_chart(target, records: dict, labels: dict, data: dict, burn: int, exact:
     st.caption(
         "IAT τ: how many steps each sampler takes to forget where it was along each "
         "direction (the mean over its chains, of at most its last "
-        f"{report.IAT_RECORDS:,} records after burn-in; 1 = independent draws): the widest "
+        f"{compare.IAT_RECORDS:,} records after burn-in; 1 = independent draws): the widest "
         "directions are the slowest to mix." + why + " Read per chain, so an ensemble of a few "
         "walkers and a run of many chains compare fairly (the table's ESS counts every chain)."
     )
@@ -362,7 +380,7 @@ def iat_chart(target, records: dict, labels: dict, data: dict, burn: int, exact:
 def view_controls(shown: str) -> tuple:
     """The comparison's coordinate and chains per trace: ``live_group``'s arguments."""
     first = groups[options.index(shown)][0].spec
-    target = target_of(first["target"]["name"], report.params_json(first))
+    target = target_of(first["target"]["name"], diagnostics.params_json(first))
     coord_labels = labels_of(target) if not isinstance(target, ParamError) else ["w0"]
     d1, d2 = st.columns(2)
     coord = d1.selectbox(
@@ -376,14 +394,14 @@ def view_controls(shown: str) -> tuple:
     return shown.split(","), coord, show
 
 
-groups = report.comparisons(store.list())
+groups = compare.comparisons(store.list())
 options = [",".join(r.id for r in g) for g in groups]
 shown, _ = watch(
     "cmp",
     "Comparison shown",
     {
         o: f"{g[0].id} · {g[0].spec['target']['name']} · "
-        + " vs ".join(report.run_labels(g).values())
+        + " vs ".join(compare.run_labels(g).values())
         + f" · {budget_label(g)}"
         for o, g in zip(options, groups, strict=True)
     },

@@ -1,7 +1,7 @@
 """DLN benchmark: the local-sampling benchmark of reference 000 on generated deep linear networks.
 
 K problems x samplers x step sizes, one LLC run each from the generating point (whose true LLC
-is Aoyagi's formula), fanned out over the workers by ``studies.sweep``; the paper's plots fill in
+is Aoyagi's formula), fanned out over the workers by ``studies.dln``; the paper's plots fill in
 as runs finish: relative error and NaN fraction against the step size, mean against SD of the
 relative error, and order preservation over problem pairs.
 """
@@ -17,11 +17,11 @@ import charts
 import landscapes
 import samplers
 import ui
-from runs.spec import SpecError
-from studies import sweep as sweeps
-from ui.live import delete_button, watch
+from studies import dln, sweeps
 
-DEFAULTS = {k: p.default for k, p in inspect.signature(sweeps.dln_specs).parameters.items()}
+ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
+
+DEFAULTS = {k: p.default for k, p in inspect.signature(dln.specs).parameters.items()}
 SAMPLERS = [name for name, spec in samplers.REGISTRY.items() if spec.kind == "sgmcmc"]
 DLN = landscapes.REGISTRY["dln"]
 STEP = samplers.REGISTRY["sgld"].param("step_size")
@@ -88,48 +88,34 @@ if runs > MAX_RUNS:
         f"**problems**: {runs} runs is over the limit of {MAX_RUNS}; fewer problems",
         icon=ui.WARNING,
     )
-backend, address = ui.backend_choice("dln")
-if st.button("Launch sweep", type="primary", key="dln.launch"):
-    if not chosen or step_sizes is None or runs > MAX_RUNS:
-        st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
-    else:
-        try:
-            with st.spinner("Checking every run against the memory budget…"):
-                params, cells = sweeps.dln_specs(
-                    size_class=size_class,
-                    problems=int(problems),
-                    samplers=tuple(chosen),
-                    step_sizes=step_sizes,
-                    steps=int(steps),
-                    chains=int(chains),
-                    batch_size=int(batch_size),
-                    n=int(n),
-                    seed=int(seed),
-                )
-                sweep_id = ui.submit_sweep("dln", params, cells, backend, address)
-        except SpecError as exc:
-            ui.spec_error(exc)
-        else:
-            st.session_state["dln.shown"] = sweep_id
+
+
+def build() -> tuple[dict, list]:
+    """The sweep's (params, cells) from the fields above."""
+    return dln.specs(
+        size_class=size_class,
+        problems=int(problems),
+        samplers=tuple(chosen),
+        step_sizes=step_sizes,
+        steps=int(steps),
+        chains=int(chains),
+        batch_size=int(batch_size),
+        n=int(n),
+        seed=int(seed),
+    )
+
 
 # ---------------------------------------------------------------------------------------------
 # Sweeps and results.
 
 
-def live_sweep(sweep_id: str) -> None:
-    try:
-        sweep = store.get_sweep(sweep_id)
-    except KeyError:
-        st.info("This sweep was deleted.")
-        return
-    result = sweeps.dln_results(store, sweep)
-    progress = result["progress"]
-    ui.stop_polling("dln.polling", sweep_id, progress["done"] == progress["runs"])
-    ui.sweep_progress(progress)
+def draw_sweep(sweep: dict, result: dict) -> None:
+    """The paper's four plots and the metrics table, as the runs finish."""
     metrics = result["metrics"]
     if not metrics:
         st.info("The plots appear as the first runs finish.")
         return
+    sweep_id = sweep["id"]
     c1, c2 = st.columns(2)
     c1.plotly_chart(charts.dln_error_figure(metrics), key=f"dln.error.{sweep_id}")
     c2.plotly_chart(charts.nan_fraction_figure(metrics), key=f"dln.nan.{sweep_id}")
@@ -172,14 +158,15 @@ def live_sweep(sweep_id: str) -> None:
         )
 
 
-st.subheader("Sweeps")
-dln_sweeps = [s for s in store.list_sweeps() if s["kind"] == "dln"]
-ids = [s["id"] for s in dln_sweeps]
-progress = {s["id"]: sweeps.progress(store, s) for s in dln_sweeps}
-if dln_sweeps:
+def sweep_table(dln_sweeps: list[dict]) -> None:
+    """Every DLN sweep, with its settings and how many of its runs are done."""
+    st.subheader("Sweeps")
+    if not dln_sweeps:
+        return
+    progress = [sweeps.progress(store, s) for s in dln_sweeps]
     st.dataframe(
         {
-            "sweep": ids,
+            "sweep": [s["id"] for s in dln_sweeps],
             "created": [
                 time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created"])) for s in dln_sweeps
             ],
@@ -190,20 +177,28 @@ if dln_sweeps:
                 ", ".join(f"{v:g}" for v in s["spec"]["step_sizes"]) for s in dln_sweeps
             ],
             "steps": [s["spec"]["steps"] for s in dln_sweeps],
-            "runs done": [f"{progress[i]['done']}/{progress[i]['runs']}" for i in ids],
+            "runs done": [f"{p['done']}/{p['runs']}" for p in progress],
         },
         hide_index=True,
         key="dln.sweeps",
     )
-watch(
-    "dln",
-    "Watch",
-    {i: i for i in ids},
-    "No DLN sweeps yet: choose the settings above and launch one.",
-    live_sweep,
-    lambda i: progress[i]["done"] == progress[i]["runs"],
-    2.0,
-    aside=delete_button("Delete this sweep and its runs", "dln.delete", store.delete_sweep),
+
+
+ui.SweepTab(
+    kind="dln",
+    prefix="dln",
+    button="Launch sweep",
+    button_key="dln.launch",
+    picker="Watch",
+    label=lambda s: s["id"],
+    empty="No DLN sweeps yet: choose the settings above and launch one.",
+    delete="Delete this sweep and its runs",
+    draw=draw_sweep,
+).show(
+    build,
+    None if chosen and step_sizes is not None and runs <= MAX_RUNS else ui.FIX_FIRST,
+    spinner="Checking every run against the memory budget…",
+    listing=sweep_table,
 )
 
 with st.expander("How to read these plots"):

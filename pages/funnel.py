@@ -22,9 +22,11 @@ from landscapes import Param
 from runs.store import FINAL
 from samplers.explain import explain
 from samplers.sgrld import GAMMA_OMITTED, METRICS
-from studies import funnel, report
+from studies import compare, diagnostics, funnel
 from ui.live import watch
 from ui.truths import funnel_tails, log_p_grid, open_group, theta1_density
+
+ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
 
 SGRLD = samplers.REGISTRY["sgrld"]
 # The settings each metric reads (the rest of the sampler's parameters do nothing here, or
@@ -105,7 +107,7 @@ if st.button("Run", type="primary", key="fun.run"):
         bad = ", ".join(m for m, p in params.items() if p is None)
         st.error(f"Fix the settings of {bad} first; nothing was queued.", icon=ui.WARNING)
     elif not length_ok:
-        st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
+        st.error(ui.FIX_FIRST, icon=ui.WARNING)
     elif not confirmed:
         st.error(ui.OVER_BUDGET, icon=ui.WARNING)
     else:
@@ -117,7 +119,7 @@ if st.button("Run", type="primary", key="fun.run"):
 
 
 def tail_table(basin: list, metrics=None, key: str = "fun.table") -> None:
-    rows, flags = report.funnel_rows(basin, metrics)
+    rows, flags = funnel.table(basin, metrics)
     st.dataframe(highlighted(rows, flags), hide_index=True, key=key)
     st.caption(
         "Tinted: far from the truth (an sd or the 1% quantile off by over 10%, a probability by "
@@ -133,15 +135,10 @@ def live_group(shown: str, show: int) -> None:
     if group is None:
         return
     records, done, first, params_json, target = group
-    burn = report.burn_records(first)
-    labels = {i: x.removeprefix("sgrld · ") for i, x in report.run_labels(records.values()).items()}
-    grid = log_p_grid(target.name, params_json, (funnel.X_RANGE, funnel.V_RANGE))
-    v_edges = charts.histogram_edges(*funnel.V_RANGE, funnel.V_BINS)
-    v = np.linspace(*funnel.V_RANGE, CURVE_POINTS)
-    v_pdf = np.exp(target.marginals[1](torch.from_numpy(v)).numpy())
-    x_edges = charts.histogram_edges(*funnel.X_RANGE, X_BINS)
-    x_step = charts.step_curve(x_edges, theta1_density(target.name, params_json, tuple(x_edges)))
-
+    burn = diagnostics.burn_records(first)
+    named = compare.run_labels(records.values())
+    labels = {i: x.removeprefix("sgrld · ") for i, x in named.items()}
+    exact = exact_views(target, params_json)
     basin = []
     for run_id, record in records.items():
         label, sampler = labels[run_id], record.spec["sampler"]["params"]
@@ -153,51 +150,9 @@ def live_group(shown: str, show: int) -> None:
             st.caption("Waiting for the first samples…")
             basin.append((sampler["metric"], "Basin: no draws yet", {}))
             continue
-        sample, _, total = report.even_sample(position, data["diverged"], burn)
+        sample, _, total = diagnostics.even_sample(position, data["diverged"], burn)
         draws = sample.reshape(-1, 2)
-        pick = np.random.default_rng(0).choice(len(draws), min(SCATTER, len(draws)), False)
-        left, middle, right = st.columns([5, 3, 3])
-        left.plotly_chart(
-            charts.funnel_figure(
-                grid["xs"],
-                grid["ys"],
-                grid["log_density"],
-                funnel.CONTOURS,
-                draws[pick],
-                draws[:, 1],
-                v_edges,
-                (v, v_pdf),
-                f"{label}: draws over log p, v against N(0, 80)",
-                curve_name="N(0, 80)",
-                height=HEIGHT,
-            ),
-            key=f"fun.neck.{run_id}",
-        )
-        middle.plotly_chart(
-            charts.histogram_figure(
-                draws[:, 0],
-                *x_step,
-                f"{label}: θ1",
-                "θ1",
-                edges=x_edges,
-                exact_name="exact (bin averages)",
-                height=HEIGHT,
-            ),
-            key=f"fun.theta1.{run_id}",
-        )
-        stride = max(1, len(position) // MAX_TRACE)
-        right.plotly_chart(
-            charts.trace_figure(
-                data["step"][::stride],
-                position[::stride, :show, 1],
-                f"{label}: trace of v",
-                "v",
-                y_range=funnel.V_RANGE,
-                burn_in=record.spec["burn_in"] or None,
-                height=HEIGHT,
-            ),
-            key=f"fun.trace.{run_id}",
-        )
+        run_figures(run_id, record, label, draws, data, show, exact)
         if record.status in FINAL:  # every kept draw, once
             tails, source = funnel_tails(run_id, burn), f"Basin ({total:,} draws)"
         else:
@@ -209,7 +164,7 @@ def live_group(shown: str, show: int) -> None:
     tail_table(basin, metrics=(), key=f"fun.table.{shown}")
     st.caption(
         "Live rows use an even subsample of at most "
-        f"{report.MAX_STAT:,} kept draws; a finished run's row uses every kept draw."
+        f"{diagnostics.MAX_STAT:,} kept draws; a finished run's row uses every kept draw."
     )
     if done:
         for run_id, record in records.items():
@@ -218,16 +173,81 @@ def live_group(shown: str, show: int) -> None:
                 ui.run_status(record)
 
 
+def exact_views(target, params_json: str) -> dict:
+    """What every run of the group is drawn against: log p on the grid, the v histogram's bins
+    and v's exact density, the θ1 bins and θ1's exact bin averages."""
+    grid = log_p_grid(target.name, params_json, (funnel.X_RANGE, funnel.V_RANGE))
+    v = np.linspace(*funnel.V_RANGE, CURVE_POINTS)
+    v_pdf = np.exp(target.marginals[1](torch.from_numpy(v)).numpy())
+    x_edges = charts.histogram_edges(*funnel.X_RANGE, X_BINS)
+    x_step = charts.step_curve(x_edges, theta1_density(target.name, params_json, tuple(x_edges)))
+    return {
+        "grid": grid,
+        "v_edges": charts.histogram_edges(*funnel.V_RANGE, funnel.V_BINS),
+        "v_curve": (v, v_pdf),
+        "x_edges": x_edges,
+        "x_step": x_step,
+    }
+
+
+def run_figures(run_id, record, label: str, draws, data: dict, show: int, exact: dict) -> None:
+    """One run's row: its draws over log p with v's histogram, θ1's histogram, v's trace."""
+    position = data["position"]
+    pick = np.random.default_rng(0).choice(len(draws), min(SCATTER, len(draws)), False)
+    left, middle, right = st.columns([5, 3, 3])
+    left.plotly_chart(
+        charts.funnel_figure(
+            exact["grid"]["xs"],
+            exact["grid"]["ys"],
+            exact["grid"]["log_density"],
+            funnel.CONTOURS,
+            draws[pick],
+            draws[:, 1],
+            exact["v_edges"],
+            exact["v_curve"],
+            f"{label}: draws over log p, v against N(0, 80)",
+            curve_name="N(0, 80)",
+            height=HEIGHT,
+        ),
+        key=f"fun.neck.{run_id}",
+    )
+    middle.plotly_chart(
+        charts.histogram_figure(
+            draws[:, 0],
+            *exact["x_step"],
+            f"{label}: θ1",
+            "θ1",
+            edges=exact["x_edges"],
+            exact_name="exact (bin averages)",
+            height=HEIGHT,
+        ),
+        key=f"fun.theta1.{run_id}",
+    )
+    stride = max(1, len(position) // MAX_TRACE)
+    right.plotly_chart(
+        charts.trace_figure(
+            data["step"][::stride],
+            position[::stride, :show, 1],
+            f"{label}: trace of v",
+            "v",
+            y_range=funnel.V_RANGE,
+            burn_in=record.spec["burn_in"] or None,
+            height=HEIGHT,
+        ),
+        key=f"fun.trace.{run_id}",
+    )
+
+
 def view_controls(shown: str) -> tuple:
     return shown, st.slider("chains drawn per trace", 1, 16, 4, key="fun.show")
 
 
 groups = {
-    ",".join(r.id for r in g): g for g in report.run_groups(store.list(), report.is_funnel_run)
+    ",".join(r.id for r in g): g for g in compare.run_groups(store.list(), funnel.is_protocol_run)
 }
 options = {
     o: f"{g[0].id} · "
-    + ", ".join(report.run_labels(g).values()).replace("sgrld · ", "")
+    + ", ".join(compare.run_labels(g).values()).replace("sgrld · ", "")
     + f" · {g[0].spec['chains']} chains × {g[0].spec['steps']:,} steps · seed {g[0].spec['seed']}"
     for o, g in groups.items()
 }

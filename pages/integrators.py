@@ -1,7 +1,7 @@
 """Integrators: TATi's order study for class (reference 003, Figs. 2-4). Pick a potential, the
 Langevin integrators and step sizes; each (integrator, step) is one run of many chains whose
 <virial> or <K> is compared with its exact value (d T, d T / 2), fanned out over the workers by
-``studies.sweep`` ("order"); the log-log error lines and their fitted slopes appear as runs finish.
+``studies.order``; the log-log error lines and their fitted slopes appear as runs finish.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import charts
 import landscapes
 import samplers
 import ui
-from runs.spec import SpecError
-from studies import sweep as sweeps
-from studies.report import POTENTIALS
-from ui.live import delete_button, watch
+from studies import order
+from studies.diagnostics import POTENTIALS
 
-DEFAULTS = {k: p.default for k, p in inspect.signature(sweeps.order_specs).parameters.items()}
+ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
+
+DEFAULTS = {k: p.default for k, p in inspect.signature(order.specs).parameters.items()}
 TWO_CLUSTERS = "two clusters (SLP, TATi §3.1.2)"
 TARGETS = ["harmonic", TWO_CLUSTERS, *[p for p in POTENTIALS if p != "harmonic"]]
 STEP = samplers.REGISTRY["baoab"].param("step_size")
@@ -50,20 +50,20 @@ with c1:
         target = choice
         spec = landscapes.REGISTRY[target]
         st.caption(f"{spec.doc} — *{spec.paper}*")
-        defaults = sweeps.HARMONIC_DEFAULT if target == "harmonic" else None
+        defaults = order.HARMONIC_DEFAULT if target == "harmonic" else None
         target_params = ui.param_inputs(
             spec, key="ord.target", skip=("gradient_noise",), defaults=defaults
         )
 with c2:
     chosen = st.multiselect(
         "Integrators",
-        list(sweeps.ORDER_SAMPLERS),
+        list(order.ORDER_SAMPLERS),
         default=list(DEFAULTS["samplers"]),
         key=ui.kept("ord.samplers"),
     )
     observable = st.radio(
         "Observable",
-        sweeps.ORDER_OBSERVABLES,
+        order.ORDER_OBSERVABLES,
         format_func={"virial": "⟨w·∇U⟩ (virial)", "kinetic": "⟨K⟩ (kinetic energy)"}.get,
         horizontal=True,
         key=ui.kept("ord.observable"),
@@ -100,44 +100,30 @@ if cells > MAX_CELLS:
     problems.append(f"**step sizes**: {cells} runs is over {MAX_CELLS}; fewer steps or integrators")
 for problem in problems:
     st.error(problem, icon=ui.WARNING)
-backend, address = ui.backend_choice("ord")
-if st.button("Run the study", type="primary", key="ord.launch"):
-    if problems or step_sizes is None or target_params is None:
-        st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
-    else:
-        try:
-            params, specs = sweeps.order_specs(
-                target=target,
-                target_params=target_params,
-                samplers=tuple(chosen),
-                step_sizes=tuple(sorted(step_sizes, reverse=True)),
-                observable=observable,
-                beta=float(beta),
-                friction=float(friction),
-                chains=int(chains),
-                steps=int(steps),
-            )
-            sweep_id = ui.submit_sweep("order", params, specs, backend, address)
-        except SpecError as exc:
-            ui.spec_error(exc)
-        else:
-            st.session_state["ord.shown"] = sweep_id
+
+
+def build() -> tuple[dict, list]:
+    """The study's (params, cells) from the fields above."""
+    return order.specs(
+        target=target,
+        target_params=target_params,
+        samplers=tuple(chosen),
+        step_sizes=tuple(sorted(step_sizes, reverse=True)),
+        observable=observable,
+        beta=float(beta),
+        friction=float(friction),
+        chains=int(chains),
+        steps=int(steps),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # The study, live.
 
 
-def live_study(sweep_id: str) -> None:
-    try:
-        sweep = store.get_sweep(sweep_id)
-    except KeyError:
-        st.info("This study was deleted.")
-        return
-    result = sweeps.order_results(store, sweep)
-    progress = result["progress"]
-    ui.stop_polling("ord.polling", sweep_id, progress["done"] == progress["runs"])
-    ui.sweep_progress(progress)
+def draw_study(sweep: dict, result: dict) -> None:
+    """The log-log error lines with their fitted slopes, as the runs finish."""
+    sweep_id = sweep["id"]
     if not result["cells"]:
         st.info("The error lines appear as the first runs finish.")
         return
@@ -184,22 +170,27 @@ def live_study(sweep_id: str) -> None:
         )
 
 
-studies = [s for s in store.list_sweeps() if s["kind"] == "order"]
-progress = {s["id"]: sweeps.progress(store, s) for s in studies}
-labels = {
-    s["id"]: f"{time.strftime('%H:%M', time.localtime(s['created']))} · {s['spec']['target']} · "
-    f"{', '.join(s['spec']['samplers'])} · {s['spec']['observable']}"
-    for s in studies
-}
-watch(
-    "ord",
-    "Study",
-    labels,
-    "No study yet: choose the settings above and run one.",
-    live_study,
-    lambda i: progress[i]["done"] == progress[i]["runs"],
-    2.0,
-    aside=delete_button("Delete this study and its runs", "ord.delete", store.delete_sweep),
+def study_label(s: dict) -> str:
+    return (
+        f"{time.strftime('%H:%M', time.localtime(s['created']))} · {s['spec']['target']} · "
+        f"{', '.join(s['spec']['samplers'])} · {s['spec']['observable']}"
+    )
+
+
+ui.SweepTab(
+    kind="order",
+    prefix="ord",
+    button="Run the study",
+    button_key="ord.launch",
+    picker="Study",
+    label=study_label,
+    empty="No study yet: choose the settings above and run one.",
+    delete="Delete this study and its runs",
+    draw=draw_study,
+    noun="study",
+).show(
+    build,
+    None if not problems and step_sizes is not None and target_params is not None else ui.FIX_FIRST,
 )
 
 with st.expander("How to read this plot"):

@@ -18,8 +18,11 @@ from charts import landscape as figures
 from charts import table
 from landscapes import ParamError
 from landscapes.surface import COMPONENT_PRESETS, DIRECTIONS, REFERENCES, ZOOM_DOMAINS
+from runs.jsonsafe import json_safe
 from runs.spec import SpecError
 from studies import surface as surfaces
+
+ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
 
 CUSTOM = "custom"
 REFERENCE_HELP = (
@@ -178,7 +181,7 @@ def show(out: dict, npz: bytes, directions: str) -> None:
         key="landscape.sweep",
     )
     with st.expander("Facts (JSON)", expanded=False):
-        st.json(table.json_safe(surfaces.summary(out)))
+        st.json(json_safe(surfaces.summary(out)))
     st.download_button(
         "Download the surface (.npz)",
         data=npz,

@@ -4,14 +4,11 @@ energy's n-scan (reference 004), whose slope bounds the learning coefficient fro
 
 Widgets -> RunSpec (observables ["llc"]) -> ui.submit; the store's "flushes" series (one row
 per flush: running LLC, loss, distance |w - w0| and MALA acceptance per chain) -> charts.llc.
-The VI tab: widgets -> runs.vi.specs (one vi run per n and source) -> the "vi" sweep;
-runs.vi.results -> charts.vi.
+The VI tab: widgets -> studies.vi_scan.specs (one vi run per n and source) -> the "vi" sweep;
+its results -> charts.vi. Every sweep tab is a ``ui.SweepTab``.
 """
 
 from __future__ import annotations
-
-import math
-import os
 
 import streamlit as st
 
@@ -20,145 +17,24 @@ import landscapes
 import samplers
 import ui
 from charts import table
-from charts.table import number
 from landscapes import ParamError
 from runs import vi
-from runs.spec import SpecError, parse_spec
+from runs.spec import parse_spec
 from runs.store import FINAL
-from studies import report
-from studies import sweep as sweeps
+from studies import calibrate, checkpoints, llc, vi_scan
 from ui import models
-from ui.live import delete_button, run_choices, watch
+from ui.live import run_choices, watch
+from ui.llc_view import live_run
+from ui.model_inputs import checkpoint_label, factory_label, loss_caption, model_inputs
 from ui.truths import network_facts
 from ui.widgets import llc_inputs
+
+ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
 
 NETWORKS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "network"]
 SAMPLERS = [name for name, spec in samplers.REGISTRY.items() if spec.kind == "sgmcmc"]
 MAX_STEP_SIZES, MAX_NBETAS = 8, 6
 MAX_NS = 8  # values of n in one VI scan
-OWN_WEIGHTS = ""  # the checkpoint choice "the module's own weights" (no checkpoint)
-
-
-# ---------------------------------------------------------------------------------------------
-# The model target: a factory the operator put in BASIN_MODELS (listed, never uploaded) and a
-# weights-only checkpoint (uploaded, checked against the module, kept in the store's home).
-
-
-def factory_label(ref: str) -> str:
-    where, _, attr = ref.rpartition(":")
-    directory = models.models_dir()
-    if where.endswith(".py") and directory is not None and where.startswith(f"{directory}/"):
-        return f"{where.removeprefix(f'{directory}/')}:{attr}"
-    return ref
-
-
-def checkpoint_label(path: str, home) -> str:
-    if path == OWN_WEIGHTS:
-        return "the module's own weights (as the factory builds it)"
-    directory = models.models_dir()
-    if str(path).startswith(f"{models.checkpoint_root(home)}/"):
-        return f"{os.path.basename(path)} (uploaded)"
-    if directory is not None and str(path).startswith(f"{directory}/"):
-        return f"{path.removeprefix(f'{directory}/')} (in BASIN_MODELS)"
-    return path
-
-
-def upload_checkpoint(factory: str, choice_key: str) -> None:
-    """The uploader: a new file is checked once (``models.accept_checkpoint``) and, kept,
-    becomes the checkpoint chosen; its outcome shows while the file stays in the uploader."""
-    cap = models.MAX_CHECKPOINT_BYTES
-    upload = st.file_uploader(
-        "Upload a checkpoint (weights only)",
-        type=list(models.UPLOAD_TYPES),
-        key="net.model.upload",
-        max_upload_size=max(1, math.ceil(cap / 2**20)),
-        help=f"A state dict saved with torch.save (read weights-only: a pickle that would run "
-        f"code is refused) or .safetensors, at most {models.size_text(cap)}. It is checked "
-        "against the factory's module (every tensor's name and shape) before it is kept.",
-    )
-    if upload is None:
-        return
-    outcomes = st.session_state.setdefault("net.model.uploads", {})
-    key = f"{upload.file_id}:{factory}"
-    if key not in outcomes:
-        try:
-            path = models.accept_checkpoint(upload.getvalue(), upload.name, factory, store.home)
-        except ParamError as exc:
-            outcomes[key] = ("refused", exc.field, str(exc).removeprefix(f"{exc.field}: "))
-        else:
-            outcomes[key] = ("kept", path)
-            st.session_state[choice_key] = path
-            chosen = f"ckpt.chosen.{factory}"  # the LLC over training's choice takes it too
-            if chosen in st.session_state and path not in st.session_state[chosen]:
-                st.session_state[chosen] = models.by_step([*st.session_state[chosen], path])
-    outcome = outcomes[key]
-    if outcome[0] == "kept":
-        st.success(
-            f"Kept {ui.plain(os.path.basename(outcome[1]))}: weights only, and every tensor "
-            "matches the module's.",
-            icon=ui.DONE,
-        )
-    else:
-        ui.spec_error(ParamError(outcome[1], outcome[2] + "; nothing was kept or queued"))
-
-
-def model_inputs(spec) -> dict | None:
-    """The model target's params: a listed factory and a checkpoint (or the module's own
-    weights); None after showing what is wrong."""
-    offered = models.factories()
-    directory = models.models_dir()
-    if directory is None:
-        st.caption(
-            "Factories: the bundled example only. To offer your own, start the app with "
-            "`BASIN_MODELS=/path/to/dir`: every top-level `make` or `make_*` function of the "
-            "`.py` files in it is listed (found by parsing, not importing), and checkpoint files "
-            "under it (.pt, .pth, .safetensors) are offered below. Uploaded code is never run."
-        )
-    if not offered:
-        st.error(
-            f"**model.factory**: no `make` or `make_*` function in the .py files of "
-            f"{ui.plain(str(directory))} (BASIN_MODELS)",
-            icon=ui.WARNING,
-        )
-        return None
-    factory = st.selectbox(
-        "factory",
-        offered,
-        format_func=factory_label,
-        key=ui.kept("net.model.factory"),
-        help="A function of no arguments returning (module, (inputs, targets), loss).",
-    )
-    choice_key = ui.kept(f"net.model.checkpoint.{factory}")
-    upload_checkpoint(factory, choice_key)
-    choices = [OWN_WEIGHTS, *models.checkpoint_choices(store.home, factory)]
-    if st.session_state.get(choice_key) not in choices:
-        st.session_state.pop(choice_key, None)
-    checkpoint = st.selectbox(
-        "checkpoint (w0)",
-        choices,
-        format_func=lambda p: checkpoint_label(p, store.home),
-        key=choice_key,
-        help="The weights the chains start from and are localised at: the LLC is measured there.",
-    )
-    try:
-        return spec.validate({"factory": factory, "checkpoint": checkpoint or None})
-    except ParamError as exc:
-        ui.spec_error(exc)
-        return None
-
-
-def loss_caption(name: str, params: dict, facts: dict) -> None:
-    """The loss in words under the network: the convention chosen for a regression network,
-    the factory's loss and what eval mode does for a model."""
-    if name == "model":
-        try:
-            described = models.describe_model(params["factory"])
-        except ParamError:
-            return  # said above, under the facts
-        st.caption(f"{described['loss']}. Modes: {described['modes']}.")
-    elif "loss_convention" in params:
-        task = "classification" if facts.get("classes") else "regression"
-        st.caption(models.loss_text(task, params["loss_convention"]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,14 +74,14 @@ with left:
             loss_caption(target_name, target_params, facts)
     # Each network keeps its own settings (keys name it), so its defaults show when picked.
     truth = None if facts is None else facts["truth"]
-    w0_default = report.W0_DEFAULTS.get(target_name)
+    w0_default = llc.W0_DEFAULTS.get(target_name)
     llc_opts, truth_error = llc_inputs(f"net.llc.{target_name}", target_name, truth, w0_default)
 with right:
     sampler_name = st.selectbox("Sampler", SAMPLERS, key=ui.kept("net.sampler_name"))
     sampler_spec = samplers.REGISTRY[sampler_name]
     st.caption(f"{sampler_spec.paper}")
-    step_size = report.default_step_size(target_name, sampler_spec)
-    defaults = report.SAMPLER_DEFAULTS | {"step_size": step_size}
+    step_size = llc.default_step_size(target_name, sampler_spec)
+    defaults = llc.SAMPLER_DEFAULTS | {"step_size": step_size}
     sampler_params = ui.param_inputs(sampler_spec, f"net.sampler.{target_name}", defaults=defaults)
     c1, c2, c3, c4 = st.columns(4)
     chains = c1.number_input("chains", 1, 4096, 4, key="net.chains")
@@ -238,100 +114,16 @@ spec = {
 # Live views.
 
 
-def live_run(run_id: str) -> None:
-    try:
-        record = store.get(run_id)
-    except KeyError:
-        st.info("This run was deleted.")
-        return
-    ui.stop_polling("net.polling", run_id, record.status in FINAL)
-    ui.progress_bar(record)
-    info = network_facts(record.spec["target"])
-    train = store.get_array(run_id, "train_loss")
-    if train is not None and len(train):
-        st.plotly_chart(
-            charts.loss_curve(train[:, 0], train[:, 1], "Training to w0"), key=f"net.train.{run_id}"
-        )
-    data = ui.Live(store, run_id, series="flushes").update()
-    if len(data.get("step", ())):
-        step = data["step"]
-        band = st.session_state.get("net.band") or "SE"
-        figure = charts.llc_figure(step, data["llc"], info.get("true_llc"), band=band.lower())
-        st.plotly_chart(figure, key=f"net.llc.{run_id}")
-        c1, c2 = st.columns(2)
-        loss_axis = "loss L_n per chain, mean since the last flush (linear)"
-        c1.plotly_chart(
-            charts.chain_traces(step, data["loss"], loss_axis, "Loss per chain"),
-            key=f"net.loss.{run_id}",
-        )
-        c2.plotly_chart(
-            charts.chain_traces(
-                step, data["distance"], "distance |w − w0| (parameter units, linear)", "Distance"
-            ),
-            key=f"net.distance.{run_id}",
-        )
-        for w in report.llc_warnings_so_far(record, data, info["dim"]):
-            st.warning(f"**{w['code']}** (so far): {w['message']}", icon=ui.WARNING)
-    elif record.status not in FINAL:
-        st.caption("Waiting for the first samples…")
-    if record.status in FINAL:
-        ui.run_status(record)
-        final_summary(record)
-        predictive_summary(record)
-
-
-def final_summary(record) -> None:
-    est = ((record.summary or {}).get("observables") or {}).get("llc")
-    if not est:
-        return
-    c1, c2, c3, c4 = st.columns(4)
-    c1.metric("λ̂ (mean ± SE over chains)", f"{number(est['mean'])} ± {number(est['se'], 2)}")
-    c2.metric("SD over chains", number(est["std"]))
-    c3.metric("true λ", number(est["true"]))
-    c4.metric("d / 2 (largest possible λ)", number(est["dim"] / 2))
-    for w in est["warnings"]:
-        st.warning(f"**{w['code']}**: {w['message']}", icon=ui.WARNING)
-    details = report.llc_details(est)
-    c1, c2 = st.columns(2)
-    rows = len(details["quantity"]) + 1  # every row (35 px each, as Streamlit draws them)
-    c1.dataframe(details, hide_index=True, height=35 * rows + 3, key=f"net.details.{record.id}")
-    c2.dataframe(
-        {"chain": list(range(est["chains"])), "λ̂": est["per_chain"]},
-        hide_index=True,
-        key=f"net.chains.{record.id}",
-    )
-
-
-def predictive_summary(record) -> None:
-    block = ((record.summary or {}).get("observables") or {}).get("predictive")
-    if not block:
-        return
-    st.markdown(f"**Posterior predictive** on the {block.get('split', 'test')} set")
-    st.dataframe(
-        report.predictive_rows(block),
-        hide_index=True,
-        column_config={"meaning": st.column_config.TextColumn(width="large")},
-        key=f"net.predictive.{record.id}",
-    )
-
-
-def live_calibration(sweep_id: str) -> None:
-    try:
-        sweep = store.get_sweep(sweep_id)
-    except KeyError:
-        st.info("This sweep was deleted.")
-        return
-    result = sweeps.calibration_results(store, sweep)
-    progress = result["progress"]
-    ui.stop_polling("cal.polling", sweep_id, progress["done"] == progress["runs"])
-    ui.sweep_progress(progress)
+def draw_calibration(sweep: dict, result: dict) -> None:
+    """The step size x nbeta grid (running cells from their flushes) and each row's pick."""
+    sweep_id = sweep["id"]
     base = sweep["spec"]["base"]
     nbeta_default = network_facts(base["target"])["nbeta"]
 
     def flushes(run_id: str) -> dict:  # new rows only, as the estimate's view reads them
         return ui.Live(store, run_id, series="flushes").update()
 
-    cells = result["cells"] + report.pending_cells(store, sweep, result, nbeta_default, flushes)
+    cells = result["cells"] + calibrate.pending_cells(store, sweep, result, nbeta_default, flushes)
     metric = st.segmented_control(
         "Show",
         ["llc", "distance", "acceptance"],
@@ -358,23 +150,16 @@ def live_calibration(sweep_id: str) -> None:
             st.success(f"nβ = {float(nbeta):.4g}: largest stable step size ε = {step_size:g}")
     if result["cells"]:
         st.dataframe(
-            report.calibration_rows(result["cells"]),
+            calibrate.rows(result["cells"]),
             hide_index=True,
             column_config={"step size": ui.STEP_COLUMN},
             key=f"cal.table.{sweep_id}",
         )
 
 
-def live_vi(sweep_id: str) -> None:
-    try:
-        sweep = store.get_sweep(sweep_id)
-    except KeyError:
-        st.info("This scan was deleted.")
-        return
-    result = sweeps.results(store, sweep_id)
-    progress = result["progress"]
-    ui.stop_polling("vi.polling", sweep_id, progress["done"] == progress["runs"])
-    ui.sweep_progress(progress)
+def draw_vi(sweep: dict, result: dict) -> None:
+    """The fits' objective curves, -Psi against log n with its slopes, the flags, the table."""
+    sweep_id = sweep["id"]
     if result["eta_s"]:
         st.caption(f"about {result['eta_s']:.0f} s left at the fits' speed so far")
     st.plotly_chart(charts.objective_curves(result["cells"]), key=f"vi.curves.{sweep_id}")
@@ -384,8 +169,22 @@ def live_vi(sweep_id: str) -> None:
         ),
         key=f"vi.slope.{sweep_id}",
     )
+    vi_metrics(sweep, result)
+    if result["log_z_bar_fit"]:
+        st.caption(
+            f"The exact −log Z̄'s own slope over these n: {result['log_z_bar_fit']['slope']:.3f} "
+            "(what a perfect fit would give on this data)."
+        )
+    for flag in result["flags"]:
+        text = f"**{ui.plain(flag['where'])}**: {ui.plain(flag['message'])}; try {flag['try']}"
+        (st.error if flag["level"] == "fail" else st.warning)(text, icon=ui.WARNING)
+    st.dataframe(vi_scan.rows(result["cells"]), hide_index=True, key=f"vi.table.{sweep_id}")
+
+
+def vi_metrics(sweep: dict, result: dict) -> None:
+    """The slope of each source beside the true λ and the latest sampling estimate."""
     target = {"name": sweep["spec"]["target"], "params": sweep["spec"]["target_params"]}
-    llc_run = report.latest_llc(store, target)
+    llc_run = llc.latest_llc(store, target)
     columns = st.columns(len(result["slopes"]) + 2)
     for col, (source, fit) in zip(columns, result["slopes"].items(), strict=False):
         se = "" if not fit or fit["slope_se"] is None else f" ± {fit['slope_se']:.3f}"
@@ -405,27 +204,11 @@ def live_vi(sweep_id: str) -> None:
         verdict = llc_run.summary.get("verdict") or {}
         if verdict.get("status") in ("warn", "fail"):
             columns[-1].caption(f"its verdict: **{verdict['status']}** (see the LLC tab)")
-    if result["log_z_bar_fit"]:
-        st.caption(
-            f"The exact −log Z̄'s own slope over these n: {result['log_z_bar_fit']['slope']:.3f} "
-            "(what a perfect fit would give on this data)."
-        )
-    for flag in result["flags"]:
-        text = f"**{ui.plain(flag['where'])}**: {ui.plain(flag['message'])}; try {flag['try']}"
-        (st.error if flag["level"] == "fail" else st.warning)(text, icon=ui.WARNING)
-    st.dataframe(report.vi_rows(result["cells"]), hide_index=True, key=f"vi.table.{sweep_id}")
 
 
-def live_checkpoints(sweep_id: str) -> None:
-    try:
-        store.get_sweep(sweep_id)
-    except KeyError:
-        st.info("This sweep was deleted.")
-        return
-    result = sweeps.results(store, sweep_id)
-    progress = result["progress"]
-    ui.stop_polling("ckpt.polling", sweep_id, progress["done"] == progress["runs"])
-    ui.sweep_progress(progress)
+def draw_checkpoints(sweep: dict, result: dict) -> None:
+    """The LLC at each checkpoint against its training step, and each run's row."""
+    sweep_id = sweep["id"]
     cells = result["cells"]
     st.plotly_chart(charts.checkpoint_llc_figure(cells), key=f"ckpt.figure.{sweep_id}")
     rows, flags = models.checkpoint_rows(cells)
@@ -453,10 +236,10 @@ estimate_tab, calibrate_tab, vi_tab, *more = st.tabs(names)
 with estimate_tab:
     if st.button("Run", type="primary", key="net.run"):
         if not ready:
-            st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
+            st.error(ui.FIX_FIRST, icon=ui.WARNING)
         elif run_id := ui.submit(spec):
             st.session_state["net.shown"] = run_id
-    runs = {r.id: r for r in report.llc_runs(store)}
+    runs = {r.id: r for r in llc.llc_runs(store)}
     watch(
         "net",
         "Run",
@@ -495,33 +278,27 @@ with calibrate_tab:
     if nbeta_text.strip():
         nbeta_param = sampler_spec.param("nbeta")
         nbeta_grid = ui.parse_grid(nbeta_text, nbeta_param, "nbetas", MAX_NBETAS, "calibrate")
-    backend, address = ui.backend_choice("cal")
-    if st.button("Calibrate", type="primary", key="cal.run"):
-        if not ready or step_grid is None or nbeta_grid is None:
-            st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
-        else:
-            try:
-                base = parse_spec({**spec, "observables": ["llc"]})  # no predictive per cell
-                params, cells = sweeps.calibration_specs(base, step_grid, nbeta_grid)
-                sweep_id = ui.submit_sweep("calibrate", params, cells, backend, address)
-            except SpecError as exc:
-                ui.spec_error(exc)
-            else:
-                st.session_state["cal.shown"] = sweep_id
-    calibrations = {s["id"]: s for s in store.list_sweeps() if s["kind"] == "calibrate"}
-    watch(
-        "cal",
-        "Calibration",
-        {
-            i: f"{i} · {s['spec']['base']['target']['name']} · "
+
+    def build_calibration() -> tuple[dict, list]:
+        base = parse_spec({**spec, "observables": ["llc"]})  # no predictive per cell
+        return calibrate.specs(base, step_grid, nbeta_grid)
+
+    ui.SweepTab(
+        kind="calibrate",
+        prefix="cal",
+        button="Calibrate",
+        button_key="cal.run",
+        picker="Calibration",
+        label=lambda s: (
+            f"{s['id']} · {s['spec']['base']['target']['name']} · "
             f"{s['spec']['base']['sampler']['name']} · {len(s['cells'])} cells"
-            for i, s in calibrations.items()
-        },
-        "No calibrations yet.",
-        live_calibration,
-        lambda i: report.sweep_done(store, calibrations[i]),
-        2.0,
-        aside=delete_button("Delete this calibration", "cal.delete", store.delete_sweep),
+        ),
+        empty="No calibrations yet.",
+        delete="Delete this calibration",
+        draw=draw_calibration,
+    ).show(
+        build_calibration,
+        None if ready and step_grid is not None and nbeta_grid is not None else ui.FIX_FIRST,
     )
 
 with vi_tab:
@@ -560,45 +337,37 @@ with vi_tab:
             f"The n-scan takes the first n points of a dataset it generates; {target_name} has "
             "no n (its data is the factory's): pick another network for it."
         )
-    backend, address = ui.backend_choice("vi")
-    if st.button("Run the n-scan", type="primary", key="vi.run", disabled=not sized):
-        if target_params is None or ns is None:
-            st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
-        else:
-            try:
-                given = {k: v for k, v in target_params.items() if k != "n"}
-                options = {
-                    "epochs": int(epochs),
-                    "prior_mean": float(prior_mean),
-                    "prior_variance": float(prior_variance),
-                }
-                params, cells = vi.specs(
-                    target_name,
-                    given,
-                    tuple(int(n) for n in ns),
-                    tuple(sources),
-                    options,
-                    seed=int(seed),
-                )
-                sweep_id = ui.submit_sweep("vi", params, cells, backend, address)
-            except SpecError as exc:
-                ui.spec_error(exc)
-            else:
-                st.session_state["vi.shown"] = sweep_id
-    scans = {s["id"]: s for s in store.list_sweeps() if s["kind"] == "vi"}
-    watch(
-        "vi",
-        "n-scan",
-        {
-            i: f"{i} · {s['spec']['target']} · n {', '.join(map(str, s['spec']['ns']))} · "
+
+    def build_scan() -> tuple[dict, list]:
+        given = {k: v for k, v in target_params.items() if k != "n"}
+        options = {
+            "epochs": int(epochs),
+            "prior_mean": float(prior_mean),
+            "prior_variance": float(prior_variance),
+        }
+        scan = tuple(int(n) for n in ns)
+        return vi_scan.specs(target_name, given, scan, tuple(sources), options, seed=int(seed))
+
+    ui.SweepTab(
+        kind="vi",
+        prefix="vi",
+        button="Run the n-scan",
+        button_key="vi.run",
+        picker="n-scan",
+        label=lambda s: (
+            f"{s['id']} · {s['spec']['target']} · n "
+            f"{', '.join(map(str, s['spec']['ns']))} · "
             f"{', '.join(vi.NAMES[x] for x in s['spec']['sources'])}"
-            for i, s in scans.items()
-        },
-        "No n-scans yet.",
-        live_vi,
-        lambda i: report.sweep_done(store, scans[i]),
-        1.0,
-        aside=delete_button("Delete this scan", "vi.delete", store.delete_sweep),
+        ),
+        empty="No n-scans yet.",
+        delete="Delete this scan",
+        draw=draw_vi,
+        noun="scan",
+        every=1.0,
+    ).show(
+        build_scan,
+        None if target_params is not None and ns is not None else ui.FIX_FIRST,
+        disabled=not sized,
     )
     with st.expander("What these numbers are"):
         st.markdown(
@@ -647,39 +416,31 @@ if more:
                 "No checkpoints for this factory yet: upload some above (or put them under "
                 "BASIN_MODELS)."
             )
-        backend, address = ui.backend_choice("ckpt")
-        if st.button("Run over training", type="primary", key="ckpt.run"):
-            if not ready:
-                st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
-            elif not chosen:
-                st.error(
-                    "**checkpoints**: choose one or more; nothing was queued.", icon=ui.WARNING
-                )
-            else:
-                try:
-                    base = parse_spec({**spec, "observables": ["llc"]})
-                    params, cells = sweeps.checkpoint_specs(base, models.by_step(chosen))
-                    sweep_id = ui.submit_sweep("checkpoints", params, cells, backend, address)
-                except (SpecError, ParamError) as exc:
-                    ui.spec_error(exc)
-                else:
-                    st.session_state["ckpt.shown"] = sweep_id
-        over_training = {s["id"]: s for s in store.list_sweeps() if s["kind"] == "checkpoints"}
-        watch(
-            "ckpt",
-            "Sweep",
-            {
-                i: f"{i} · {s['spec']['base']['sampler']['name']} · "
+
+        def build_over_training() -> tuple[dict, list]:
+            base = parse_spec({**spec, "observables": ["llc"]})
+            return checkpoints.specs(base, models.by_step(chosen))
+
+        blocked = None
+        if not ready:
+            blocked = ui.FIX_FIRST
+        elif not chosen:
+            blocked = "**checkpoints**: choose one or more; nothing was queued."
+        ui.SweepTab(
+            kind="checkpoints",
+            prefix="ckpt",
+            button="Run over training",
+            button_key="ckpt.run",
+            picker="Sweep",
+            label=lambda s: (
+                f"{s['id']} · {s['spec']['base']['sampler']['name']} · "
                 f"{len(s['cells'])} checkpoints · "
                 f"{factory_label(s['spec']['base']['target']['params']['factory'])}"
-                for i, s in over_training.items()
-            },
-            "No LLC-over-training sweeps yet.",
-            live_checkpoints,
-            lambda i: report.sweep_done(store, over_training[i]),
-            2.0,
-            aside=delete_button("Delete this sweep", "ckpt.delete", store.delete_sweep),
-        )
+            ),
+            empty="No LLC-over-training sweeps yet.",
+            delete="Delete this sweep",
+            draw=draw_checkpoints,
+        ).show(build_over_training, blocked)
 
 with st.expander("What is shown here"):
     st.markdown(

@@ -2,8 +2,8 @@
 
 Widgets (from the registries) -> RunSpec -> ui.submit; the run's records -> charts.runs: the
 density with each chain's recent path and the cloud of draws, traces, marginal histograms with
-the exact marginal, and ``studies.report``'s numbers: tail probabilities, KS, ESS and R-hat (the
-table ``python -m jobs show ID --diagnostics`` prints); a step-by-step replay for class.
+the exact marginal, and ``studies.diagnostics``'s numbers: tail probabilities, KS, ESS and
+R-hat (the table ``python -m jobs show ID --diagnostics`` prints); a step-by-step replay for class.
 The target is built here only to draw its closed-form density and marginals, never sampled.
 """
 
@@ -24,10 +24,12 @@ from landscapes import ParamError
 from runs import verdict
 from runs.store import FINAL
 from samplers.explain import POSTERIOR, explain
-from studies import report
+from studies import compare, diagnostics
 from ui import animate
 from ui.live import run_choices, watch
 from ui.truths import DEFAULTS, density_grid, run_context, run_length, tail_ess, target_of
+
+ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
 
 SAMPLERS = list(samplers.REGISTRY)
 CURVE_POINTS = 401  # odd: the grid of a symmetric range holds its midpoint
@@ -54,7 +56,7 @@ store = ui.store()
 
 left, right = st.columns(2)
 with left:
-    target_name = st.selectbox("Potential", report.POTENTIALS, key=ui.kept("pg.target_name"))
+    target_name = st.selectbox("Potential", diagnostics.POTENTIALS, key=ui.kept("pg.target_name"))
     target_spec = landscapes.REGISTRY[target_name]
     st.caption(f"{target_spec.doc} — *{target_spec.paper}*")
     pinned = fixed_params(target_name)
@@ -96,7 +98,7 @@ if target is not None:
             grid["xs"],
             grid["ys"],
             grid["log_density"],
-            labels=report.labels_of(target),
+            labels=diagnostics.labels_of(target),
             title=f"{target_name}: the density sampled (log scale)",
             height=300,
         ),
@@ -116,7 +118,7 @@ confirmed = ui.budget_gate([spec] if spec else [], "pg")
 
 if st.button("Run", type="primary", key="pg.run"):
     if spec is None:
-        st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
+        st.error(ui.FIX_FIRST, icon=ui.WARNING)
     elif not confirmed:
         st.error(ui.OVER_BUDGET, icon=ui.WARNING)
     elif run_id := ui.submit(spec):
@@ -141,7 +143,7 @@ def histogram(ctx: dict, draws: np.ndarray, i: int):
     elif ctx["exact"] is not None:
         x = 0.5 * (edges[1:] + edges[:-1])
         y = charts.histogram_density(ctx["exact"][:, i], edges)
-        name = f"exact ({report.EXACT_DRAWS:,} exact draws)"
+        name = f"exact ({diagnostics.EXACT_DRAWS:,} exact draws)"
     title = f"Marginal of {label}"
     return charts.histogram_figure(
         draws[..., i].ravel(),
@@ -167,7 +169,7 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
     if ctx is None:
         return
     data, labels, grid = ctx["data"], ctx["labels"], ctx["grid"]
-    name = report.sampler_label(record.spec)
+    name = compare.sampler_label(record.spec)
     animate.player([record], [name], grid, ctx["target"].bounds, labels, log_scale)
     if not len(data.get("step", ())):
         if record.status in FINAL:
@@ -175,12 +177,27 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
         else:
             st.caption("Waiting for the first samples…")
         return
-    position, step = data["position"], data["step"]
+    position = data["position"]
     # The views below read an even subsample after burn-in: a rerun's cost stays flat.
-    draws, every, total = report.even_sample(position, data["diverged"], ctx["burn"])
+    draws, every, total = diagnostics.even_sample(position, data["diverged"], ctx["burn"])
     sample = draws.reshape(-1, 2)
+    run_figures(record, ctx, sample, min(show, position.shape[1]), trail, log_scale)
+    if not ctx["truths"]:
+        st.caption(
+            "Exact marginals hold for nβ = 1, localization 0 and temperature 1; this run "
+            "samples another density, so no exact curve, exact tail or KS is shown."
+        )
+    run_diagnostics(record, ctx, sample, every, total, tails)
+    if record.status in FINAL:
+        ui.run_status(record)
+
+
+def run_figures(record, ctx: dict, sample, shown: int, trail: int, log_scale: bool) -> None:
+    """The density with the chains' last ``trail`` steps and the draws, both marginals' histograms,
+    and each coordinate's trace."""
+    run_id, data, labels, grid = record.id, ctx["data"], ctx["labels"], ctx["grid"]
+    position, step = data["position"], data["step"]
     cloud = sample[:: max(1, len(sample) // MAX_CLOUD)]
-    shown = min(show, position.shape[1])
     paths = np.moveaxis(position[-trail:, :shown], 0, 1)
     c1, c2 = st.columns([3, 2])
     c1.plotly_chart(
@@ -213,12 +230,13 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
             ),
             key=f"pg.trace.{run_id}.{i}",
         )
-    if not ctx["truths"]:
-        st.caption(
-            "Exact marginals hold for nβ = 1, localization 0 and temperature 1; this run "
-            "samples another density, so no exact curve, exact tail or KS is shown."
-        )
-    facts = report.metrics(record, data, every, total)
+
+
+def run_diagnostics(record, ctx: dict, sample, every: int, total: int, tails: list) -> None:
+    """The run's numbers: acceptance, diverged chains, draws and seconds, then the diagnostics
+    table (failing cells in colour) and what the views leave out."""
+    run_id, data = record.id, ctx["data"]
+    facts = diagnostics.metrics(record, data, every, total)
     m1, m2, m3, m4 = st.columns(4)
     band = verdict.ACCEPTANCE.get(record.spec["sampler"]["name"])
     m1.metric(
@@ -230,9 +248,9 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
     m2.metric("diverged chains", facts["diverged chains"])
     m3.metric("draws after burn-in", f"{total:,}")
     m4.metric("seconds", number(facts["seconds"], 3))
-    tail = tail_ess(run_id, ctx["burn"]) if report.final_coordinates(record) else None
-    rows = report.diagnostics_rows(record, ctx["target"], ctx["exact"], sample, tails, tail)
-    flags = [report.cell_flags(row) for row in rows]
+    tail = tail_ess(run_id, ctx["burn"]) if diagnostics.final_coordinates(record) else None
+    rows = diagnostics.diagnostics_rows(record, ctx["target"], ctx["exact"], sample, tails, tail)
+    flags = [diagnostics.cell_flags(row) for row in rows]
     st.dataframe(highlighted(rows, flags), hide_index=True, key=f"pg.diag.{run_id}")
     lo, hi = np.array(ctx["target"].bounds).T
     outside = float(np.mean(((sample < lo) | (sample > hi)).any(-1))) if len(sample) else 0.0
@@ -243,8 +261,6 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
         )
     if outside > 0.01:
         st.caption(f"{outside:.1%} of the draws lie outside the plotted range.")
-    if record.status in FINAL:
-        ui.run_status(record)
 
 
 def acceptance_delta(acceptance: float | None, band: tuple | None) -> str | None:
@@ -259,7 +275,7 @@ def acceptance_delta(acceptance: float | None, band: tuple | None) -> str | None
 def view_controls(run_id: str) -> tuple:
     """The shown run's drawing options and tail thresholds: ``live_run``'s arguments."""
     spec = runs[run_id].spec
-    shown_target = target_of(spec["target"]["name"], report.params_json(spec))
+    shown_target = target_of(spec["target"]["name"], diagnostics.params_json(spec))
     d1, d2, d3 = st.columns(3)
     show = d1.slider("chains drawn", 1, 16, 8, key="pg.show")
     trail = d2.slider("recent steps per path", 1, 500, 50, key="pg.trail")
@@ -267,8 +283,8 @@ def view_controls(run_id: str) -> tuple:
     tails = []
     if not isinstance(shown_target, ParamError):
         cols = st.columns(2)
-        defaults = report.default_tails(shown_target)
-        for i, label in enumerate(report.labels_of(shown_target)[:2]):
+        defaults = diagnostics.default_tails(shown_target)
+        for i, label in enumerate(diagnostics.labels_of(shown_target)[:2]):
             tails.append(
                 cols[i].number_input(
                     f"tail threshold t for P({label} < t)",
@@ -279,7 +295,7 @@ def view_controls(run_id: str) -> tuple:
     return run_id, show, trail, log_scale, tails
 
 
-runs = {r.id: r for r in [r for r in store.list() if report.is_playground_run(r.spec)][:30]}
+runs = {r.id: r for r in [r for r in store.list() if diagnostics.is_playground_run(r.spec)][:30]}
 shown_id, _ = watch(
     "pg",
     "Run shown",

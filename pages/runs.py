@@ -17,7 +17,10 @@ import streamlit as st
 
 import ui
 from charts import table
+from runs.jsonsafe import json_safe
 from runs.store import FINAL, STATUSES, DamagedStore
+
+ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
 
 OPEN = "runs.open"  # the multiselect of opened run ids
 CONFIRM_ALL = "runs.confirm_all"  # the finished runs' ids a bulk delete asks to confirm
@@ -207,7 +210,7 @@ def details(record) -> None:
         with summary_col:
             st.caption("Summary")
             if record.summary:
-                st.json(table.json_safe(record.summary), expanded=False)
+                st.json(json_safe(record.summary), expanded=False)
             else:
                 st.caption("None yet: the summary is written when the run ends.")
         actions(record)

@@ -1,7 +1,7 @@
 """Wide networks: the repriorisation of Hron et al. (reference 002). At each chosen width an
 ntk-fcn network is sampled twice by reprior-lmc from the same start, in its original
 parameters theta and in the repriorised phi (theta = T(phi)), fanned out over the workers by
-``studies.sweep`` ("reprior"); the per-step ESS against width (Fig. 7 left), the acceptance and
+``studies.reprior``; the per-step ESS against width (Fig. 7 left), the acceptance and
 the adapted steps fill in as the runs go. Below: posterior slices through a finished run's
 draw in theta and in phi (Fig. 5, ``studies.wide.slices``), the KL of the posterior from the
 prior against width (section 5, ``studies.wide.kl_table``), and when the map applies.
@@ -24,11 +24,11 @@ from landscapes import Param, ParamError
 from runs import verdict
 from runs.spec import ESS_PROJECTIONS, SpecError, parse_spec
 from runs.worker import torch_threads
-from studies import sweep as sweeps
-from studies import wide
-from ui.live import delete_button, watch
+from studies import reprior, wide
 
-DEFAULTS = {k: p.default for k, p in inspect.signature(sweeps.reprior_specs).parameters.items()}
+ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
+
+DEFAULTS = {k: p.default for k, p in inspect.signature(reprior.specs).parameters.items()}
 NTK = landscapes.REGISTRY["ntk-fcn"]
 LMC = samplers.REGISTRY["reprior-lmc"]
 WIDTHS = [4, 8, 16, 32, 64, 128, 256, 512]
@@ -140,31 +140,24 @@ if skip_mh and target_accept is not None and target_accept < verdict.SKIP_MH_ACC
     )
 if not widths:
     st.error("**widths**: choose at least one", icon=ui.WARNING)
-backend, address = ui.backend_choice("wide")
-if st.button("Run the study", type="primary", key="wide.run"):
-    if not widths or None in fields:
-        st.error("Fix the fields marked above first; nothing was queued.", icon=ui.WARNING)
-    else:
-        try:
-            params, cells = sweeps.reprior_specs(
-                widths=tuple(widths),
-                depth=depth,
-                n=n,
-                data=data,
-                chains=chains,
-                steps=steps,
-                warmup=warmup,
-                step_size=step_size,
-                refresh=refresh,
-                mh=not skip_mh,
-                target_accept=target_accept,
-                seed=seed,
-            )
-            sweep_id = ui.submit_sweep("reprior", params, cells, backend, address)
-        except SpecError as exc:
-            ui.spec_error(exc)
-        else:
-            st.session_state["wide.shown"] = sweep_id
+
+
+def build() -> tuple[dict, list]:
+    """The study's (params, cells) from the fields above."""
+    return reprior.specs(
+        widths=tuple(widths),
+        depth=depth,
+        n=n,
+        data=data,
+        chains=chains,
+        steps=steps,
+        warmup=warmup,
+        step_size=step_size,
+        refresh=refresh,
+        mh=not skip_mh,
+        target_accept=target_accept,
+        seed=seed,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,16 +170,9 @@ def final_widths(cells: list[dict]) -> set[int]:
     return {w for w in done if done.count(w) == 2}
 
 
-def live_study(sweep_id: str) -> None:
-    try:
-        sweep = store.get_sweep(sweep_id)
-    except KeyError:
-        st.info("This study was deleted.")
-        return
-    result = sweeps.reprior_results(store, sweep)
-    progress = result["progress"]
-    ui.stop_polling("wide.polling", sweep_id, progress["done"] == progress["runs"])
-    ui.sweep_progress(progress)
+def draw_study(sweep: dict, result: dict) -> None:
+    """ESS, acceptance and adapted step against width, the ratios and the flags, so far."""
+    sweep_id = sweep["id"]
     mh = sweep["spec"]["mh"]
     cells = result["cells"]
     if not any(c["ess"] for c in cells):
@@ -226,7 +212,7 @@ def live_study(sweep_id: str) -> None:
         "time ratio is a step's wall-clock cost (the map's Cholesky factorisation: the paper "
         "reports at most 1.5× on accelerators); the last column is the speed-up per second."
     )
-    for flag in result["flags"]:  # studies.sweep.reprior_flags: the CLI prints the same
+    for flag in result["flags"]:  # studies.reprior.flags: the CLI prints the same
         text = f"**{flag['where']}**: {flag['message']}. *Try:* {flag['try']}."
         (st.error if flag["level"] == "fail" else st.warning)(text, icon=ui.WARNING)
     finished = [c for c in cells if c["status"] == "completed"]
@@ -263,25 +249,30 @@ def live_study(sweep_id: str) -> None:
         )
 
 
-st.subheader("ESS against width")
-studies = [s for s in store.list_sweeps() if s["kind"] == "reprior"]
-progress = {s["id"]: sweeps.progress(store, s) for s in studies}
-labels = {
-    s["id"]: f"{time.strftime('%H:%M', time.localtime(s['created']))} · widths "
-    f"{', '.join(map(str, s['spec']['widths']))} · depth {s['spec']['depth']} · n "
-    f"{s['spec']['n']} {s['spec']['data']} · {s['spec']['steps']} steps"
-    f"{'' if s['spec']['mh'] else ' · MH skipped'}"
-    for s in studies
-}
-shown, _ = watch(
-    "wide",
-    "Study",
-    labels,
-    "No study yet: choose the widths above and run one.",
-    live_study,
-    lambda i: progress[i]["done"] == progress[i]["runs"],
-    2.0,
-    aside=delete_button("Delete this study and its runs", "wide.delete", store.delete_sweep),
+def study_label(s: dict) -> str:
+    return (
+        f"{time.strftime('%H:%M', time.localtime(s['created']))} · widths "
+        f"{', '.join(map(str, s['spec']['widths']))} · depth {s['spec']['depth']} · n "
+        f"{s['spec']['n']} {s['spec']['data']} · {s['spec']['steps']} steps"
+        f"{'' if s['spec']['mh'] else ' · MH skipped'}"
+    )
+
+
+shown = ui.SweepTab(
+    kind="reprior",
+    prefix="wide",
+    button="Run the study",
+    button_key="wide.run",
+    picker="Study",
+    label=study_label,
+    empty="No study yet: choose the widths above and run one.",
+    delete="Delete this study and its runs",
+    draw=draw_study,
+    noun="study",
+).show(
+    build,
+    None if widths and None not in fields else ui.FIX_FIRST,
+    listing=lambda studies: st.subheader("ESS against width"),
 )
 
 # ---------------------------------------------------------------------------------------------

@@ -1,14 +1,43 @@
-"""A run's size and time before it is queued: the budgets over which a page asks before Run
-(``ui.widgets.budget_gate``), and the time model learned from this machine's finished runs."""
+"""A run's size and time before it is queued: the memory, disk and seconds it will take.
+
+``estimate`` counts a run's device and store bytes from the target's facts (nothing is built),
+``check_budget`` refuses a run that would overflow the device, the store's budget or the disk
+before it is queued, and ``estimate_seconds`` is the time model learned from this machine's
+finished runs, over which a page asks before Run (``ui.checks.budget_gate``).
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
+import torch
 
 import samplers
 from landscapes import ParamError
-from runs.spec import SpecError, parse_spec, target_facts
+from landscapes.base import DATA_CHUNK
+from landscapes.formula import probe
+from runs.build import device_of, kernel_of
+from runs.observe import EVAL_POINTS
+from runs.spec import (
+    ESS_PROJECTIONS,
+    RunSpec,
+    SpecError,
+    TargetFacts,
+    human_bytes,
+    param_error,
+    parse_spec,
+    resolve_w0,
+    target_facts,
+)
 from runs.store import Store
+from runs.store_db import StoreError, store_home
+from samplers import diagnostics, predictive
 
 
 def is_sampling(spec: dict) -> bool:
@@ -16,7 +45,7 @@ def is_sampling(spec: dict) -> bool:
     return spec.get("kind", "sample") == "sample"
 
 
-# -- Size and time of a run before it is queued (the pages' budget gate, ``ui.budget_gate``) ---
+# -- Time of a run before it is queued (the pages' budget gate, ``ui.budget_gate``) ----------
 
 # Budgets over which a page asks before Run: the page is for runs watched while they go.
 BUDGET_STORE_BYTES = 50 * 2**20  # a run the views read back whole; past this the reads lag
@@ -112,3 +141,268 @@ def over_budget(store_bytes: float, seconds: float, thin: bool = True) -> list[s
             f"~{seconds:,.0f} s, over the {BUDGET_SECONDS:.0f} s budget: lower chains or steps"
         )
     return lines
+
+
+# -- Memory, disk and the budget check before a run is queued ------------------------------
+
+# Records buffered on the device between two flushes when flush_every is 0 (auto, ~0.5 s): the
+# run loop must not buffer more than this, since the estimate below counts on it.
+AUTO_FLUSH_RECORDS = 1024
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Estimate:
+    dim: int  # d, parameters per chain
+    device_bytes: int
+    store_bytes: int
+    recorded_dims: int  # d (all), projection_dim (projection) or 0 (none)
+    records: int  # recorded steps, ceil(steps / thin)
+    positions: str  # "all", "projection" or "none": "auto" resolved
+    host_bytes: int  # the summary's, in RAM (beside device_bytes on a GPU, with them on CPU)
+    parts: dict[str, int]  # device_bytes and host_bytes by term (``estimate`` says which)
+
+
+AUTOGRAD = 3  # a step's activations: the forward's (kept for the backward), their gradients
+PARTS = {  # Estimate.parts, in words
+    "state": "the chains' state",
+    "data": "the data",
+    "step": "a step's activations",
+    "buffer": "the records between flushes",
+    "summary": "the summary's draws",
+}
+
+
+def estimate(spec: RunSpec) -> Estimate:
+    """Device and store bytes of a run, from the target's facts (nothing is built).
+
+    Device bytes are the sum of these terms (``Estimate.parts``; C chains, d parameters):
+    - state: 8 [C, d] tensors live at once: position, localization centre, gradient, injected
+      noise, momentum or preconditioner state, and about three temporaries of the update;
+    - data: the dataset and truths, moved to the device;
+    - step: a network's activations in the largest of the passes a run makes, one at a time:
+      - a step: C x B x sum(widths) numbers x AUTOGRAD, B the points a chain's step reads
+        (batch_size for a minibatch sampler, else all n);
+      - the initial loss on all n points, without gradients (runs.loop: ``full_loss``, in
+        passes of DATA_CHUNK points): a layer's input and two of its outputs alive at once,
+        C x min(n, DATA_CHUNK) x max(H_in + 2 H_out) numbers;
+      - with "llc": its MALA probe, a step's on min(n, EVAL_POINTS) points a chain, and the
+        training of w0 (one chain, its training batch);
+      - with "predictive": a forward pass of the kept draws on the test set (at most
+        samplers.predictive.NUMBERS_PER_PASS activations, float64 logits) and the curvature's
+        double backward (CURVATURE_DRAWS draws on up to CURVATURE_POINTS points, its graph
+        kept through the power iterations);
+      A closed-form target's full-data loss costs no points (the polynomial's moments); a
+      potential's temporaries are [C, d], in state;
+    - buffer: the records held between two flushes;
+    - with "predictive", in state: its per-chain sums, C x n_test x (classes + 1) float64.
+    Host bytes are the summary's: its per-chain sums of positions and the diagnosed chains'
+    draws (ESS, R-hat), kept in RAM (on CPU, the device's memory too).
+    """
+    if spec.kind == "vi":
+        return _vi_estimate(spec)
+    f = target_facts(spec)
+    dim, itemsize, chains = f.dim, (4 if spec.dtype == "float32" else 8), spec.chains
+    positions = spec.record.positions
+    if positions == "auto":
+        positions = "all" if dim <= 64 else "projection"
+    recorded = {"all": dim, "projection": spec.record.projection_dim, "none": 0}[positions]
+    records = math.ceil(spec.steps / spec.thin)
+    passes, sums = _passes(spec, f, kernel_of(spec), itemsize)
+    per_flush = AUTO_FLUSH_RECORDS if spec.flush_every == 0 else spec.flush_every // spec.thin + 1
+    draws = max(records - math.ceil(spec.burn_in / spec.thin), 1)
+    summary = 0
+    if positions == "all":  # a projected run keeps no position sums
+        diagnosed = diagnostics.diagnosed_chains(chains, draws)
+        summary = 2 * chains * dim * 8 + diagnosed * draws * dim * itemsize
+    # the "ess" observable's projections of theta and f(X_test), recorded with each record
+    projected = 2 * ESS_PROJECTIONS if "ess" in spec.observables else 0
+    parts = {
+        "state": 8 * chains * dim * itemsize + sums,
+        "data": f.floats * itemsize + f.other_bytes,
+        "step": max(passes),
+        "buffer": min(records, per_flush)
+        * chains
+        * (itemsize + 2 + itemsize * (recorded + projected)),
+    }
+    # The store keeps float32 loss, bool accepted, bool diverged and float32 positions per record,
+    # plus the PCA snapshots when positions are projected (all positions already allow the PCA).
+    store = records * chains * (4 + 1 + 1 + 4 * recorded + itemsize * projected)
+    if positions == "projection" and dim > 64:
+        store += min(spec.record.snapshots, records) * chains * dim * 4
+    device = sum(parts.values())
+    parts["summary"] = summary
+    return Estimate(dim, device, store, recorded, records, positions, summary, parts)
+
+
+def _passes(spec: RunSpec, f: TargetFacts, kernel, itemsize: int) -> tuple[list[int], int]:
+    """The bytes of each pass a run makes (``estimate``'s "step": the largest counts), and the
+    "predictive" observable's per-chain sums (in its "state")."""
+    chains = spec.chains
+    width = sum(f.widths) * itemsize  # bytes of one point's activations, per chain
+    # without gradients a layer's input and two of its outputs (pre-activation, activation)
+    pair = max((a + 2 * b for a, b in itertools.pairwise(f.widths)), default=0) * itemsize
+    n = 0 if f.n is None else f.n
+    full = 0 if f.closed_form else n
+    batch = getattr(kernel, "batch_size", None)
+    points = batch if kernel.minibatch and batch is not None and batch < n else full
+    passes = [AUTOGRAD * chains * points * width, chains * min(full, DATA_CHUNK) * pair]
+    if "llc" in spec.observables:
+        passes.append(AUTOGRAD * chains * min(n, EVAL_POINTS) * width)
+        if f.has_data and spec.llc.w0 in ("auto", "train"):
+            train_points = spec.llc.train_batch_size or (n if n <= 4096 else 512)
+            passes.append(AUTOGRAD * min(train_points, n) * width)
+    sums = 0
+    if "predictive" in spec.observables and f.classes:
+        numbers = sum(f.widths)
+        held = min(chains * f.n_test * numbers, max(predictive.NUMBERS_PER_PASS, chains * numbers))
+        passes.append(held * 8)
+        subset = min(max(1, f.n_test // predictive.CURVATURE_FRACTION), predictive.CURVATURE_POINTS)
+        passes.append(2 * AUTOGRAD * predictive.CURVATURE_DRAWS * subset * width)
+        sums = chains * f.n_test * (f.classes + 1) * 8
+    return passes, sums
+
+
+def _vi_estimate(spec: RunSpec) -> Estimate:
+    """A vi run's bytes: the flow (``layers`` couplings, each an s and a t MLP of d x hidden,
+    hidden x hidden x 2, hidden x d weights) with Adam's two moments and its gradient; a step's
+    activations for M draws on a minibatch; the per-epoch objective in the store."""
+    f, o = target_facts(spec), spec.vi
+    itemsize, d = (4 if spec.dtype == "float32" else 8), target_facts(spec).dim
+    weights = o.layers * 2 * (2 * d * o.hidden + 2 * o.hidden**2 + d + 3 * o.hidden)
+    n = 0 if f.n is None else f.n
+    points = max(1, round(n * o.batch_fraction)) if n else 0
+    width = sum(f.widths) * itemsize
+    parts = {
+        "state": 4 * weights * itemsize + 8 * d * itemsize,
+        "data": f.floats * itemsize + f.other_bytes,
+        "step": AUTOGRAD * max(o.samples, o.final_samples) * max(points, 1) * width
+        + AUTOGRAD * o.layers * o.final_samples * (d + 6 * o.hidden) * itemsize,
+        "buffer": o.epochs * 16,
+    }
+    return Estimate(d, sum(parts.values()), o.epochs * 16, 0, o.epochs, "none", 0, parts)
+
+
+def _lower(spec: RunSpec, part: str) -> str:
+    """What to change when the device would overflow: the fields behind its largest ``part``."""
+    if spec.kind == "vi":
+        return "lower target.params.n or vi.samples / vi.final_samples, or a smaller network"
+    if part == "step":
+        takes = samplers.REGISTRY[spec.sampler.name].params
+        if any(p.name == "batch_size" for p in takes):
+            size = spec.sampler.params.get("batch_size")
+            if size is None:  # a full batch: every point's activations at each step
+                return "lower chains or target.params.n, or set sampler.params.batch_size"
+            return "lower chains or sampler.params.batch_size"
+        return "lower chains or target.params.n (or use a minibatch sampler with batch_size)"
+    return {
+        "state": "lower chains",
+        "data": "lower target.params.n",
+        "buffer": "lower chains or flush_every",
+        "summary": "lower chains or steps, raise thin, or record fewer positions",
+    }[part]
+
+
+def _disk_free() -> tuple[Path, int | None]:
+    """The store's home and the bytes free on its disk (None where that cannot be read). A run
+    that fills the disk fails part way, its time lost, so it is refused before it starts."""
+    home = path = store_home()
+    while not path.exists() and path != path.parent:  # not created yet: its nearest ancestor
+        path = path.parent
+    try:
+        return home, shutil.disk_usage(path).free
+    except OSError:
+        return home, None
+
+
+def _device_memory(device: torch.device) -> int:
+    """80% of the physical memory of the device the run will use."""
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device.index or 0).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(0.8 * total)
+
+
+def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
+    """The estimate, or a SpecError on "memory" when the device or the store would overflow,
+    checked before a run is queued, as is what else needs the built target (an LLC's w0).
+
+    Budget: ``budget_bytes``, else $BASIN_MEMORY_BUDGET (bytes), for both; else 8 GiB for the
+    store and 80% of the device's memory (RAM on CPU) for the device. The run's records must
+    also fit in the space free on the store's disk now, less what the runs queued or running
+    before it have still to write.
+    """
+    if spec.target.name == "custom":  # an energy with nothing to sample would only diverge
+        try:
+            probe(spec.target.params["formula"], spec.target.params["dim"])
+        except ParamError as exc:
+            raise SpecError(*param_error(exc, "target", "custom")) from None
+    est = estimate(spec)  # the target's sizes and the kernel, as the run will make them
+    if "llc" in spec.observables:
+        resolve_w0(spec, target_facts(spec))  # else the worker would fail the run later
+    if budget_bytes is None and os.environ.get("BASIN_MEMORY_BUDGET"):
+        budget_bytes = _budget_from_env(os.environ["BASIN_MEMORY_BUDGET"])
+    if budget_bytes is not None:
+        device_budget = store_budget = budget_bytes
+    else:
+        device_budget, store_budget = _device_memory(device_of(spec)), 8 * GiB
+    ram = spec.device == "cpu" or (spec.device == "auto" and not torch.cuda.is_available())
+    device = est.device_bytes + (est.host_bytes if ram else 0)  # on CPU the summary shares it
+    if device > device_budget or est.store_bytes > store_budget:
+        budget = human_bytes(device_budget)
+        if store_budget != device_budget:
+            budget = f"{budget} (device) and {human_bytes(store_budget)} (store)"
+        advice = "lower chains or steps, raise thin, or record fewer positions"  # the store's
+        if device > device_budget:
+            parts = {k: v for k, v in est.parts.items() if ram or k != "summary"}
+            part = max(parts, key=parts.get)
+            size = human_bytes(parts[part])
+            advice = f"the largest part, {PARTS[part]}, is ~{size}: {_lower(spec, part)}"
+        raise SpecError(
+            "memory",
+            f"needs ~{human_bytes(device)} of device memory and ~{human_bytes(est.store_bytes)} "
+            f"of store, over the budget of {budget}; {advice}",
+        )
+    home, free = _disk_free()
+    promised = _promised(home) if free is not None else 0
+    if free is not None and est.store_bytes > free - promised:
+        raise SpecError(
+            "memory",
+            f"needs ~{human_bytes(est.store_bytes)} of store, but the disk holding {home} has "
+            f"{human_bytes(free)} free, ~{human_bytes(promised)} of it promised to the runs queued "
+            "or running; lower chains or steps, raise thin, record fewer positions, or free some "
+            "space (deleting old runs on the Runs page does)",
+        )
+    return est
+
+
+def _promised(home: Path) -> int:
+    """Bytes the store's queued and running runs have still to write: each one's estimate less
+    its data file so far (0 when there is no store yet, or it cannot be read)."""
+    if not (home / "basin.sqlite").exists():
+        return 0
+    try:
+        store = Store(home)
+        runs = store.list("queued") + store.list("running")
+    except (StoreError, OSError):
+        return 0
+    total = 0
+    for record in runs:
+        try:
+            total += max(
+                0, estimate(parse_spec(record.spec)).store_bytes - store.written(record.id)
+            )
+        except (SpecError, ParamError, OSError, KeyError):
+            continue  # a run this version cannot read promises nothing it can tell
+    return total
+
+
+def _budget_from_env(text: str) -> int:
+    try:
+        budget = int(text)
+    except ValueError:
+        budget = 0
+    if budget <= 0:
+        raise SpecError("BASIN_MEMORY_BUDGET", f"must be a number of bytes > 0, got {text!r}")
+    return budget

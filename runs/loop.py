@@ -1,10 +1,12 @@
 """The run loop: one RunSpec, stepped on its device, recorded into the Store as it goes.
 
-Three pieces: ``plan`` (which steps each block holds: a pure function of the spec), a
-``Recorder`` (thinning, projection, snapshots, running statistics, flushes) and a short loop.
-Blocks follow the run's noise blocks (``samplers.base.Noise``): a whole noise block runs as one
-compiled call once the compile, started in the background, is ready; anything else runs eagerly.
-Both read the same draws, so a seed gives the same run to float rounding whichever ran.
+Four pieces: ``plan`` (which steps each block holds: a pure function of the spec), a ``Recorder``
+(thinning, projection, snapshots, running statistics, flushes), the flush clock every run kind
+shares (``runs.pace``) and a short loop (``Sampling``). A vi run's epochs run on the same clock
+(``runs.vi``). Blocks follow the run's noise blocks (``samplers.base.Noise``): a whole noise
+block runs as one compiled call once the compile, started in the background, is ready; anything
+else runs eagerly. Both read the same draws, so a seed gives the same run to float rounding
+whichever ran.
 
 A run that finds records of its own in the store (an interrupted run resumed) replays: it runs
 from step 0 again with the same seed, so the same draws, and writes only what the store lacks.
@@ -21,15 +23,19 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-from runs import verdict
-from runs.spec import Estimate, RunSpec, build, estimate
+from runs import verdict, vi
+from runs.budget import Estimate, estimate
+from runs.build import build
+from runs.observe import OBSERVERS
+from runs.pace import Pace, append_unstored
+from runs.spec import RunSpec
 from runs.store import Progress, Store
 from samplers import diagnostics, llc
-from samplers.mcmc import MHKernel
+from samplers.integrators import MHKernel
 
 ANIMATED_CHAINS = 8  # chains traced for the animation (a teacher's view: up to 8)
-FLUSH_SECONDS = 0.5  # records reach the store (and the live view) at least this often
-FLUSH_BYTES = 32 << 20  # and whenever this much is held
+# records reach the store whenever this much is held (and every runs.pace.FLUSH_SECONDS)
+FLUSH_BYTES = 32 << 20
 # "auto" compiles a run whose eager remainder would take longer than this: a compile takes
 # seconds (warm cache) to a minute (cold) and slows the eager steps while it runs, so a shorter
 # run ends sooner without one (bench/RESULTS.md)
@@ -68,136 +74,164 @@ def execute(
 ) -> dict:
     """Run ``spec`` into ``store`` under ``run_id``; returns the summary (status completed, or
     cancelled when ``should_stop`` said so between blocks). Errors propagate to the caller."""
-    from runs.observe import OBSERVERS
-
-    if spec.kind == "vi":  # a variational fit: its own loop (runs.vi), the same store and summary
-        from runs import vi
-
+    if spec.kind == "vi":  # a variational fit: its epochs on the same clock, the same store
         return vi.execute(spec, store, run_id, should_stop, on_progress)
     started = time.perf_counter()
-    target, kernel, device = build(spec)
-    est = estimate(spec)
-    generator = torch.Generator(device=device).manual_seed(spec.seed)
-    start = target.initial(generator, spec.chains)
-    if spec.start is not None:
-        given = torch.tensor(spec.start, dtype=start.dtype, device=device).expand_as(start)
-        start = target.from_original(given).clone()  # the user gave theta
-    observers = {
-        name: OBSERVERS[name](spec, target, kernel, store, run_id) for name in spec.observables
-    }
+    pace = Pace(store, run_id, spec.steps, "sample", should_stop, on_progress)
+    run = Sampling(spec, store, run_id, pace, started)
+    sampling = pace.begin()
+    stopped = run.sample()
+    run.flush()
+    sampling = time.perf_counter() - sampling  # the steps, their records and flushes
+    pace.report(run.done, sampling)
+    return run.summary(stopped, started, sampling)
 
-    def report(progress: Progress) -> None:
-        store.set_progress(run_id, progress.as_dict())
-        if on_progress:
-            on_progress(progress)
 
-    def report_training(p: dict) -> bool:
-        elapsed = time.perf_counter() - started
-        report(_progress(p["steps_done"], p["steps_total"], elapsed, phase="train"))
-        return should_stop()
+class Sampling:
+    """A sampling run under way: its target and kernel built, its chains started (an observer
+    may move the start: an LLC's w0), its observers and recorder; ``sample`` steps it block by
+    block, ``summary`` says what it found."""
 
-    for observer in observers.values():  # each may move the start an earlier one chose
-        start = observer.start(spec.chains, device, report_training, start)
-    if "llc" in spec.observables and spec.llc.baseline == "full":
-        kernel = llc.Paired.of(kernel, target, start[0])  # batch losses paired with w0's
-    state = kernel.init(start, target, generator)
-    noise = kernel.noise_for(state, target, generator)
-    initial_loss = target.full_loss(state.position)  # in chunks of the data: memory bounded
-    basis = None
-    if est.positions == "projection":
-        basis = projection(spec, est.dim, device, state.position.dtype)
-        store.put_array(run_id, "projection", basis.cpu().numpy())
-    recorder = Recorder(spec, est, store, run_id, isinstance(kernel, MHKernel), basis)
-    recorder.fractional = kernel.fractional_acceptance
-    # an observer may need every step's position (the virial) where the run records none
-    positions = est.positions != "none" or any(
-        getattr(o, "needs_positions", False) for o in observers.values()
-    )
+    def __init__(self, spec: RunSpec, store: Store, run_id: str, pace: Pace, started: float):
+        self.spec, self.store, self.run_id, self.pace = spec, store, run_id, pace
+        target, kernel, device = build(spec)
+        self.target = target
+        self.est = estimate(spec)
+        generator = torch.Generator(device=device).manual_seed(spec.seed)
+        start = target.initial(generator, spec.chains)
+        if spec.start is not None:
+            given = torch.tensor(spec.start, dtype=start.dtype, device=device).expand_as(start)
+            start = target.from_original(given).clone()  # the user gave theta
+        self.observers = {
+            name: OBSERVERS[name](spec, target, kernel, store, run_id) for name in spec.observables
+        }
 
-    chunk, compiled, stopped = None, False, False
-    if spec.compile == "always":
-        chunk = _chunk(kernel, target, state, noise.length, positions, wait=True)
-    sampling = last_flush = last_report = time.perf_counter()
-    done = since = 0
+        def report_training(p: dict) -> bool:
+            elapsed = time.perf_counter() - started
+            pace.report(p["steps_done"], elapsed, total=p["steps_total"], phase="train")
+            return pace.stop()
 
-    def record(first: int, info) -> None:
-        """Keep a piece's records; flush and report when due."""
-        nonlocal done, last_flush, last_report, since
-        for observer in observers.values():  # per-step arrays an observer records
-            if hasattr(observer, "annotate"):
-                info.scalars.update(observer.annotate(first, info))
-        recorder.keep(first, info)
-        for observer in observers.values():
-            observer.block(first, info)
-        done = first + info.loss.shape[0]
-        due = done % spec.flush_every == 0 if spec.flush_every else first == 0
-        late = time.perf_counter() - last_flush >= FLUSH_SECONDS
-        late |= recorder.traced == recorder.trace_steps > recorder.trace_written  # the whole trace
-        if due or late or recorder.kept_bytes >= FLUSH_BYTES:
-            recorder.flush()
-            for observer in observers.values():
-                observer.flush(done, state, write=not recorder.replaying)
-            last_flush = time.perf_counter()
-            if due or last_flush - last_report >= FLUSH_SECONDS:
-                # the rate since the last report: a training or the first block would skew it
-                report(_progress(done, spec.steps, last_flush - last_report, since))
-                last_report, since = last_flush, done
+        for observer in self.observers.values():  # each may move the start an earlier one chose
+            start = observer.start(spec.chains, device, report_training, start)
+        if "llc" in spec.observables and spec.llc.baseline == "full":
+            kernel = llc.Paired.of(kernel, target, start[0])  # batch losses paired with w0's
+        self.kernel = kernel
+        self.state = kernel.init(start, target, generator)
+        self.noise = kernel.noise_for(self.state, target, generator)
+        self.initial_loss = target.full_loss(self.state.position)  # in chunks: memory bounded
+        self.recorder = self._recorder(device)
+        # an observer may need every step's position (the virial) where the run records none
+        self.positions = self.est.positions != "none" or any(
+            o.needs_positions for o in self.observers.values()
+        )
+        self.chunk, self.compiled, self.done = None, False, 0
+        if spec.compile == "always":
+            self.chunk = self._compile(wait=True)
 
-    for first, n in plan(spec.steps, noise.length, spec.flush_every):
-        traced = first < recorder.trace_steps  # the animation's steps: eager, every proposal
-        whole = chunk is not None and chunk.ready and chunk.usable(n) and not traced
-        tic = time.perf_counter()
-        # eager blocks go in pieces: a compile in the background slows them (see EAGER_PIECE)
-        piece = n if whole else EAGER_PIECE
+    def _recorder(self, device: torch.device) -> Recorder:
+        basis = None
+        if self.est.positions == "projection":
+            basis = projection(self.spec, self.est.dim, device, self.state.position.dtype)
+            self.store.put_array(self.run_id, "projection", basis.cpu().numpy())
+        mh = isinstance(self.kernel, MHKernel)
+        recorder = Recorder(self.spec, self.est, self.store, self.run_id, mh, basis)
+        recorder.fractional = self.kernel.fractional_acceptance
+        return recorder
+
+    def _compile(self, wait: bool = False):
+        from samplers.compiled import chunk_for  # torch's compiler: loaded when a run compiles
+
+        args = (self.kernel, self.target, self.state, self.noise.length, self.positions)
+        return chunk_for(*args, wait=wait)
+
+    def sample(self) -> bool:
+        """Every block of the plan, compiled where a compiled chunk is ready, else eager; True
+        when a cancel stopped it."""
+        spec, recorder = self.spec, self.recorder
+        for first, n in plan(spec.steps, self.noise.length, spec.flush_every):
+            traced = first < recorder.trace_steps  # the animation's steps: eager, every proposal
+            chunk = self.chunk
+            whole = chunk is not None and chunk.ready and chunk.usable(n) and not traced
+            tic = time.perf_counter()
+            if self._block(first, n, whole, traced):
+                return True
+            self.compiled |= whole
+            slow = (spec.steps - first - n) * (
+                time.perf_counter() - tic
+            ) / n > COMPILE_AFTER_SECONDS
+            if self.chunk is None and spec.compile == "auto" and first > 0 and slow:
+                self.chunk = self._compile()
+        return False
+
+    def _block(self, first: int, n: int, whole: bool, traced: bool) -> bool:
+        """The block's steps, recorded; True when a cancel stopped it. Eager blocks go in
+        pieces: a compile in the background slows them (see EAGER_PIECE)."""
+        target, piece = self.target, n if whole else EAGER_PIECE
         for start in range(first, first + n, piece):
-            if should_stop():
-                stopped = True
-                break
-            draws = noise.take(min(piece, first + n - start))
+            if self.pace.stop():
+                return True
+            draws = self.noise.take(min(piece, first + n - start))
             if whole:
-                state, info = chunk(state, draws)
+                self.state, info = self.chunk(self.state, draws)
             else:
-                before = state.position
-                state, info = kernel.eager(state, target, draws, positions, traced)
+                before = self.state.position
+                self.state, info = self.kernel.eager(
+                    self.state, target, draws, self.positions, traced
+                )
             info = in_original(target, info)
             if traced and not whole:
-                recorder.keep_trace(start, target.original(before), info)
-            record(start, info)
-        if stopped:
-            break
-        compiled |= whole
-        slow = (spec.steps - first - n) * (time.perf_counter() - tic) / n > COMPILE_AFTER_SECONDS
-        if chunk is None and spec.compile == "auto" and first > 0 and slow:
-            chunk = _chunk(kernel, target, state, noise.length, positions)
-    recorder.flush()
-    for observer in observers.values():
-        observer.flush(done, state, write=not recorder.replaying)
-    sampling = time.perf_counter() - sampling  # the steps, their records and flushes
-    report(_progress(done, spec.steps, sampling))
-    summary = recorder.summary(
-        status="cancelled" if stopped else "completed",
-        done=done,
-        kernel=kernel,
-        initial_loss=initial_loss,
-        diverged=state.diverged.cpu().numpy(),  # a chain may diverge after its last record
-    )
-    summary["seconds"] = seconds = time.perf_counter() - started
-    summary["steps_per_second"] = done / seconds if seconds > 0 else 0.0
-    summary["sampling_seconds"] = sampling
-    summary["compiled"] = compiled  # whether any block ran as a compiled chunk
-    if hasattr(target, "loss_doc"):  # a network's loss in words: which regression convention
-        summary["loss_function"] = target.loss_doc()
-        if hasattr(target, "describe_modes"):  # a user's model: eval mode, buffers fixed
-            summary["modes"] = target.describe_modes()
-    if observers:  # the records after the burn-in, the only ones an estimate uses
-        burn = math.ceil(spec.burn_in / spec.thin)
-        loss = store.read(run_id, since=burn, names=["loss", "center_loss"])
-        for name, observer in observers.items():
-            summary["observables"][name] = observer.summary(loss)
-    summary["verdict"] = verdict.judge(
-        spec.model_dump(mode="json"), summary, **recorder.evidence(target, kernel, state)
-    )
-    return summary
+                self.recorder.keep_trace(start, target.original(before), info)
+            self.record(start, info)
+        return False
+
+    def record(self, first: int, info) -> None:
+        """Keep a piece's records; flush and report when due."""
+        spec, recorder = self.spec, self.recorder
+        for observer in self.observers.values():  # per-step arrays an observer records
+            info.scalars.update(observer.annotate(first, info))
+        recorder.keep(first, info)
+        for observer in self.observers.values():
+            observer.block(first, info)
+        self.done = first + info.loss.shape[0]
+        due = self.done % spec.flush_every == 0 if spec.flush_every else first == 0
+        traced = recorder.traced == recorder.trace_steps > recorder.trace_written  # the whole trace
+        if due or self.pace.late() or traced or recorder.kept_bytes >= FLUSH_BYTES:
+            self.flush()
+            self.pace.flushed(self.done, report=due)
+
+    def flush(self) -> None:
+        """The records kept so far, and each observer's row of live signals, to the store."""
+        self.recorder.flush()
+        for observer in self.observers.values():
+            observer.flush(self.done, self.state, write=not self.recorder.replaying)
+
+    def summary(self, stopped: bool, started: float, sampling: float) -> dict:
+        """What ``python -m jobs run --json`` prints and the Store keeps, with the verdict."""
+        spec, target, kernel, state = self.spec, self.target, self.kernel, self.state
+        summary = self.recorder.summary(
+            status="cancelled" if stopped else "completed",
+            done=self.done,
+            kernel=kernel,
+            initial_loss=self.initial_loss,
+            diverged=state.diverged.cpu().numpy(),  # a chain may diverge after its last record
+        )
+        summary["seconds"] = seconds = time.perf_counter() - started
+        summary["steps_per_second"] = self.done / seconds if seconds > 0 else 0.0
+        summary["sampling_seconds"] = sampling
+        summary["compiled"] = self.compiled  # whether any block ran as a compiled chunk
+        if hasattr(target, "loss_doc"):  # a network's loss in words: which regression convention
+            summary["loss_function"] = target.loss_doc()
+            if hasattr(target, "describe_modes"):  # a user's model: eval mode, buffers fixed
+                summary["modes"] = target.describe_modes()
+        if self.observers:  # the records after the burn-in, the only ones an estimate uses
+            burn = math.ceil(spec.burn_in / spec.thin)
+            loss = self.store.read(self.run_id, since=burn, names=["loss", "center_loss"])
+            for name, observer in self.observers.items():
+                summary["observables"][name] = observer.summary(loss)
+        summary["verdict"] = verdict.judge(
+            spec.model_dump(mode="json"), summary, **self.recorder.evidence(target, kernel, state)
+        )
+        return summary
 
 
 def in_original(target, info):
@@ -210,21 +244,6 @@ def in_original(target, info):
         if getattr(info, name) is not None:
             setattr(info, name, target.original(getattr(info, name)))
     return info
-
-
-def _chunk(kernel, target, state, length: int, positions: bool, wait: bool = False):
-    from samplers.compiled import chunk_for  # torch's compiler: loaded when a run compiles
-
-    return chunk_for(kernel, target, state, length, positions, wait=wait)
-
-
-def _progress(
-    done: int, total: int, seconds: float, since: int = 0, phase: str = "sample"
-) -> Progress:
-    """``done`` of ``total`` steps, at the rate of the ``done - since`` steps in ``seconds``."""
-    rate = (done - since) / seconds if seconds > 0 else 0.0
-    eta = (total - done) / rate if rate > 0 else None
-    return Progress(done, total, rate, eta, phase)
 
 
 class Recorder:
@@ -351,14 +370,7 @@ class Recorder:
 
     def _append(self, series: str, start: int, parts: dict[str, list[np.ndarray]]) -> int:
         """Append the chunk's rows the store does not hold yet; returns the new end."""
-        n = sum(len(part) for part in parts["step"])
-        skip = min(max(0, self.stored[series] - start), n)
-        if skip < n:
-            if skip:  # a resumed run's replay reaches the records stored before it stopped
-                joined = {name: np.concatenate(pieces)[skip:] for name, pieces in parts.items()}
-                parts = {name: [rows] for name, rows in joined.items()}
-            self.store.append(self.run_id, start + skip, parts, series)
-        return start + n
+        return append_unstored(self.store, self.run_id, series, start, parts, self.stored[series])
 
     def evidence(self, target, kernel, state) -> dict:
         """What ``verdict.judge`` reads besides the summary: per-chain acceptance and spread

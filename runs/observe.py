@@ -2,12 +2,12 @@
 metrics of the kept draws (``"predictive"``), TATi's thermodynamic averages (``"thermo"``) and
 the per-step ESS of random projections (``"ess"``).
 
-An observable sees the run at four points (and may add per-step arrays to the records with
-``annotate``, called on each block before the recorder keeps it): ``start`` (before the chains
-exist: it may choose where they start, e.g. train to w0, or return the start it is given),
-``block`` (every block of steps, on the device, no host sync), ``flush`` (with the records:
-one row of live signals per flush, in the store's "flushes" series) and ``summary`` (at the
-end). The run loop knows nothing of what they compute.
+An observable (an ``Observer``) sees the run at four points (and may add per-step arrays to the
+records with ``annotate``, called on each block before the recorder keeps it): ``start`` (before
+the chains exist: it may choose where they start, e.g. train to w0, or return the start it is
+given), ``block`` (every block of steps, on the device, no host sync), ``flush`` (with the
+records: one row of live signals per flush, in the store's "flushes" series) and ``summary`` (at
+the end). The run loop knows nothing of what they compute.
 """
 
 from __future__ import annotations
@@ -29,7 +29,45 @@ EVAL_POINTS = 8192  # the fixed data subset on which the live MALA diagnostic ev
 TRAIN_REPORT_S = 0.5
 
 
-class LLCObserver:
+class Observer:
+    """The hooks the run loop calls on an observable, in this order: ``start`` once, before the
+    chains exist; ``annotate`` then ``block`` on every block of steps (on the device, no host
+    sync); ``flush`` with every flush of the records; ``summary`` at the end. ``start``,
+    ``annotate`` and ``flush`` do nothing unless an observable says otherwise; ``block`` and
+    ``summary`` are each observable's own."""
+
+    needs_positions = False  # every step's position, whether or not the run records them
+
+    def __init__(self, spec: RunSpec, target: Target, kernel: Kernel, store: Store, run_id: str):
+        raise NotImplementedError
+
+    def start(
+        self,
+        chains: int,
+        device: torch.device,
+        report: Callable[[dict], bool],
+        position: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """[C, d]: where the chains start; ``position``, the start so far, unchanged."""
+        return position
+
+    def annotate(self, first_step: int, info) -> dict[str, torch.Tensor]:
+        """Per-step arrays [T, C, ...] to record with the block's records: none."""
+        return {}
+
+    def block(self, first_step: int, info) -> None:
+        raise NotImplementedError
+
+    def flush(self, done: int, state, write: bool = True) -> None:
+        """Nothing live: what it computes comes at the end (``write`` False: a resumed run
+        replaying steps whose rows the store holds)."""
+
+    def summary(self, records: dict[str, np.ndarray]) -> dict:
+        """Its result for the run's summary; ``records``: the losses after the burn-in."""
+        raise NotImplementedError
+
+
+class LLCObserver(Observer):
     """The local learning coefficient at w0, live: per-chain running estimates, the loss, the
     distance |w - w0| and the MALA acceptance of an SGLD step at every flush; the estimate with
     its health warnings at the end."""
@@ -220,7 +258,7 @@ class LLCObserver:
         return out
 
 
-class PredictiveObserver:
+class PredictiveObserver(Observer):
     """Posterior-predictive metrics (``samplers.predictive``: ensemble log p, accuracy, ECE,
     confidence, input curvature) of the run's kept draws on the target's test set.
 
@@ -238,16 +276,6 @@ class PredictiveObserver:
         # the curvature's draws spread over the kept draws the run will make
         self.sums = predictive.Accumulator(target, "test", spec.chains, kept * spec.chains)
         self.diverged: torch.Tensor | None = None
-
-    def start(
-        self,
-        chains: int,
-        device: torch.device,
-        report: Callable[[dict], bool],
-        position: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """The chains start where they would: ``position`` unchanged."""
-        return position
 
     def block(self, first_step: int, info) -> None:
         if info.position is None:
@@ -268,7 +296,7 @@ class PredictiveObserver:
         return self.sums.result(keep)
 
 
-class ThermoObserver:
+class ThermoObserver(Observer):
     """TATi's thermodynamic averages (reference 003 section 3) over every step after the burn-in,
     per chain on the device: the virial w . grad U(w), whose mean is d T for a confining U (the
     virial theorem: it costs one full-data gradient a step, at the step's position), and, for
@@ -276,7 +304,7 @@ class ThermoObserver:
     energy the kernel samples, exp(-U / T) (nbeta L, the prior, the localisation), T the
     kernel's temperature (1 where it has none). The summary gives each as the mean over the
     chains that did not diverge, its SE over those chains, the exact value and the relative
-    error: what the integrator-order study (studies.sweep "order") plots against the step size."""
+    error: what the integrator-order study (studies.order) plots against the step size."""
 
     needs_positions = True  # every step's, whether or not the run records them
     ROWS = 1 << 16  # positions whose gradient is taken at once (x the data's points a row)
@@ -345,7 +373,7 @@ class ThermoObserver:
         return out
 
 
-class ESSObserver:
+class ESSObserver(Observer):
     """Reference 002's mixing measure: every step's theta (the model's own parameters, also
     under repriorisation) and, on networks with test data, its predictions f_theta(X_test)
     (flattened over points x outputs), each projected on PROJECTIONS fixed random directions
@@ -373,9 +401,6 @@ class ESSObserver:
             width = outputs[0].numel()
             self.f_dirs = (torch.randn(width, k, generator=g) / math.sqrt(width)).to(**like)
         self.diverged: torch.Tensor | None = None
-
-    def start(self, chains, device, report, position=None):
-        return position
 
     def annotate(self, first_step: int, info) -> dict[str, torch.Tensor]:
         """[T, C, k] projections of the block's theta (and predictions)."""

@@ -2,10 +2,10 @@
 
 One supervisor per BASIN_HOME: ``python -m jobs worker`` in its own session (it outlives the
 app that started it, as runs outlive a closed tab), its pid and start time (as the operating
-system reports it) in ``$BASIN_HOME/supervisor.pid``. Starting is idempotent: a live process
-with that pid and start time is the pool, already there. A pid alone could name a stranger (the
-supervisor died and the system gave its pid to another process): such a file is stale, a new
-pool starts, and the stranger is never signalled.
+system reports it: ``runs.liveness``) in ``$BASIN_HOME/supervisor.pid``. Starting is idempotent:
+a live process with that pid and start time is the pool, already there. A pid alone could name a
+stranger (the supervisor died and the system gave its pid to another process): such a file is
+stale, a new pool starts, and the stranger is never signalled.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from runs.store import Store, _pid_alive
+from runs.liveness import alive, same_start, started
+from runs.store import Store
 
 PIDFILE = "supervisor.pid"
 LOCK_TIMEOUT_S = 30.0  # a starter waits this long for another to finish starting the pool
@@ -33,60 +34,14 @@ def supervisor_pid(store: Store) -> int | None:
     """The live supervisor's pid, or None (no file, or its pid is gone or now names another
     process: one started at another time)."""
     try:
-        text, started = _pidfile(store).read_text().split(maxsplit=1)
+        text, when = _pidfile(store).read_text().split(maxsplit=1)
         pid = int(text)
     except (OSError, ValueError):  # none, or a bare pid (no start time: it cannot be told)
         return None
     if os.name == "posix":  # Windows has no zombies (and its waitpid takes a handle, not a pid)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # our own child that exited is a zombie until reaped
-    return pid if _pid_alive(pid) and _started(pid) == started.strip() else None
-
-
-def _started(pid: int) -> str | None:
-    """When process ``pid`` started, as its operating system tells it; None if it cannot be
-    read (gone, or not ours to query). A pid is reused only after its process ended, so pid
-    and start time name one process."""
-    if os.name == "nt":
-        return _windows_started(pid)
-    if not Path("/proc/self/stat").exists():  # macOS, the BSDs
-        return _ps_started(pid)
-    try:  # Linux: field 22, clock ticks after boot; the fields after the name's ')' start at 3
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _ps_started(pid: int) -> str | None:
-    """``ps -o lstart``, to the second: 'Mon Jan  1 00:00:00 2024' (in UTC, whatever the
-    caller's time zone)."""
-    env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
-    command = ["ps", "-o", "lstart=", "-p", str(pid)]
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return " ".join(out.split()) or None
-
-
-def _windows_started(pid: int) -> str | None:
-    """The process's creation time (100 ns ticks since 1601) through ctypes."""
-    import ctypes
-
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    kernel32.OpenProcess.restype = ctypes.c_void_p
-    times = [ctypes.c_ulonglong() for _ in range(4)]  # creation, exit, kernel, user (FILETIMEs)
-    filetime = ctypes.POINTER(ctypes.c_ulonglong)
-    kernel32.GetProcessTimes.argtypes = (ctypes.c_void_p, filetime, filetime, filetime, filetime)
-    kernel32.CloseHandle.argtypes = (ctypes.c_void_p,)
-    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-    if not handle:
-        return None
-    try:
-        ok = kernel32.GetProcessTimes(handle, *(ctypes.byref(t) for t in times))
-        return str(times[0].value) if ok else None
-    finally:
-        kernel32.CloseHandle(handle)
+    return pid if alive(pid) and same_start(pid, when) is True else None
 
 
 @contextlib.contextmanager
@@ -108,14 +63,14 @@ def ensure_supervisor(store: Store, slots: int | None = None, owned: bool = Fals
         pid = supervisor_pid(store)
         if pid is not None:
             return pid
+        # from the repository's root: `-m jobs` finds every package there, installed or not
         root = Path(__file__).resolve().parents[1]
         env = {**os.environ, "BASIN_HOME": str(store.home)}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
         command = [sys.executable, "-m", "jobs", "worker"]
         if slots:
             command += ["--slots", str(slots)]
         if owned:
-            command += ["--owner", f"{os.getpid()}:{_started(os.getpid())}"]
+            command += ["--owner", f"{os.getpid()}:{started(os.getpid())}"]
         # not in the app's process group, so a Ctrl-C there spares it
         if os.name == "nt":
             detach = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
@@ -126,7 +81,7 @@ def ensure_supervisor(store: Store, slots: int | None = None, owned: bool = Fals
             command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **detach
         )
         log.close()
-        _pidfile(store).write_text(f"{process.pid} {_started(process.pid)}\n")
+        _pidfile(store).write_text(f"{process.pid} {started(process.pid)}\n")
         return process.pid
 
 

@@ -266,11 +266,10 @@ def start_driver(store: Store, sweep_id: str, address: str | None) -> int:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[1]  # `-m jobs` from here finds every package
     command = [sys.executable, "-m", "jobs", "sweep", "run", sweep_id, "--backend", "ray"]
     command += ["--holder", str(os.getpid()), *(["--address", address] if address else [])]
     env = {**os.environ, "BASIN_HOME": str(store.home)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     detach = (
         {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
         if os.name == "nt"

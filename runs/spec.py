@@ -1,37 +1,31 @@
-"""RunSpec: the validated description of one background run, its memory estimate and its build.
+"""RunSpec: the validated description of one background run, and what its target is before it
+is built (``TargetFacts``).
 
-The app and the CLI both produce a RunSpec; the worker builds the run from it. Target and sampler
-parameters are validated by their registries (the single source of ranges and defaults), so a
-spec always holds complete, coerced params and survives a JSON round trip unchanged.
+The app and the CLI both produce a RunSpec; the worker builds the run from it (``runs.build``),
+after ``runs.budget`` checked its size. Target and sampler parameters are validated by their
+registries (the single source of ranges and defaults), so a spec always holds complete, coerced
+params and survives a JSON round trip unchanged.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import math
 import os
 import re
-import shutil
 import types
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 import landscapes
 import samplers
-from landscapes import ParamError, Target
-from landscapes.base import DATA_CHUNK
-from landscapes.formula import probe
+from landscapes import ParamError
 from landscapes.registry import facts as landscape_facts
-from runs.store import store_home
-from samplers import Kernel, diagnostics, llc
+from samplers import llc
 
 # Observables computed alongside the chains (runs.observe): name -> one-line doc.
 OBSERVABLES: dict[str, str] = {
@@ -45,9 +39,6 @@ OBSERVABLES: dict[str, str] = {
 }
 
 ESS_PROJECTIONS = 50  # random directions of theta (and of f(X_test)) the "ess" observable records
-# Records buffered on the device between two flushes when flush_every is 0 (auto, ~0.5 s): the
-# run loop must not buffer more than this, since the estimate below counts on it.
-AUTO_FLUSH_RECORDS = 1024
 GiB = 2**30
 # A spec file is read only when it is at most this large and nested at most this deep (a RunSpec
 # is a few hundred bytes; its deepest value, a list in a parameter, is 4 levels down).
@@ -106,8 +97,13 @@ class LLCOptions(_Model):
         "auto",
         description="one of ['auto', 'train', 'truth', 'init'] (auto: train on data targets, "
         "else the target's known point)",
+        json_schema_extra={
+            "cli": {"help": "where the chains start: train (default on data targets), truth, init"}
+        },
     )
-    baseline: Literal["full", "minibatch"] = "full"
+    baseline: Literal["full", "minibatch"] = Field(
+        "full", json_schema_extra={"cli": {"help": "L(w0): full data (default)"}}
+    )
     train_optimizer: Literal["adam", "sgd"] = "adam"
     train_steps: int = Field(5000, ge=0, le=10_000_000)
     train_lr: float = Field(1e-3, gt=0, le=10, description="a number in (0, 10]")
@@ -160,35 +156,74 @@ SAMPLE_ONLY = (
 
 class RunSpec(_Model):
     # "sample": a kernel on a target (sampler required); "vi": a variational fit (vi options)
-    kind: Literal["sample", "vi"] = "sample"
+    kind: Literal["sample", "vi"] = Field(
+        "sample",
+        json_schema_extra={
+            "cli": {
+                "help": "sample (a sampler on the target; default) or vi (a variational fit, "
+                "--vi-param)"
+            }
+        },
+    )
     target: Component
-    sampler: Component | None = None
-    vi: VIOptions | None = None
+    sampler: Component | None = Field(None, json_schema_extra={"cli": {"params_flag": "param"}})
+    vi: VIOptions | None = Field(
+        None,
+        json_schema_extra={
+            "cli": {
+                "help": "a vi run's option: source (gamma, gaussian), epochs, prior_mean, "
+                "prior_variance, ..."
+            }
+        },
+    )
     # Bounds (ge, le) also write the error messages; those that depend on steps are in _check.
     chains: int = Field(64, ge=1, le=1_000_000)
     steps: int = Field(1000, ge=1, le=1_000_000_000)
     burn_in: int = 0  # 0 .. steps-1
     thin: int = 1  # 1 .. steps
     seed: int = Field(0, ge=0, le=2**31 - 1)
-    device: str = Field("auto", description="'auto', 'cpu', 'cuda' or 'cuda:<i>'")
+    device: str = Field(
+        "auto",
+        description="'auto', 'cpu', 'cuda' or 'cuda:<i>'",
+        json_schema_extra={"cli": {"help": "auto (CUDA when present), cpu, cuda or cuda:<i>"}},
+    )
     dtype: Literal["float32", "float64"] = "float32"
-    record: Record = Record()
-    observables: list[str] = []
-    llc: LLCOptions = LLCOptions()
+    record: Record = Field(Record(), json_schema_extra={"cli": None})  # no flag: a spec file's
+    observables: list[str] = Field(
+        [],
+        json_schema_extra={
+            "cli": {
+                "flag": "observe",
+                "metavar": "NAME",
+                "help": "an observable, repeatable: llc, predictive (test-set ensemble metrics)",
+            }
+        },
+    )
+    llc: LLCOptions = Field(
+        LLCOptions(), json_schema_extra={"cli": {"group": "LLC (with --observe llc)"}}
+    )
     flush_every: int = 0  # 0: auto (every ~0.5 s); else 1 .. steps
     # Compiled chunks of steps (samplers.compiled): "auto" compiles in the background once the
     # eager remainder of the run would take seconds and switches when ready; "always" compiles
     # before the first whole block; "never" steps eagerly. Both paths read the same draws, so
     # the run is the same to float rounding. The summary's "compiled" says which ran.
-    compile: Literal["auto", "always", "never"] = "auto"
+    compile: Literal["auto", "always", "never"] = Field(
+        "auto",
+        json_schema_extra={
+            "cli": {
+                "help": "compiled chunks of steps: auto (when the compile pays within the run; "
+                "default)"
+            }
+        },
+    )
     # Where every chain starts (d numbers); None: the target's start (its w0, else N(0, I)
-    # draws for potentials, the network's initialisation).
-    start: list[float] | None = Field(None, max_length=MAX_START)
+    # draws for potentials, the network's initialisation). No CLI flag: a spec file sets it.
+    start: list[float] | None = Field(None, max_length=MAX_START, json_schema_extra={"cli": None})
 
     @model_validator(mode="after")
     def _check(self) -> RunSpec:
         # Only the syntax: a spec written on a GPU machine must still load (from the store) on
-        # one without; availability is checked by check_budget and build.
+        # one without; availability is checked by runs.budget.check_budget and runs.build.
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             raise _fail(
                 "device", f"must be {_allowed(RunSpec.model_fields['device'])}, got {self.device!r}"
@@ -226,7 +261,7 @@ class RunSpec(_Model):
             try:  # storing the validated params back makes JSON lists tuples again: round trip
                 part.params = registry[part.name].validate(part.params)
             except ParamError as exc:
-                raise _fail(*_param_error(exc, role, part.name)) from None
+                raise _fail(*param_error(exc, role, part.name)) from None
         if "predictive" in self.observables:
             self._check_predictive()
         if self.target.params.get("parametrisation") == "reprior":
@@ -252,7 +287,7 @@ class RunSpec(_Model):
         try:
             self.target.params = registry[self.target.name].validate(self.target.params)
         except ParamError as exc:
-            raise _fail(*_param_error(exc, "target", self.target.name)) from None
+            raise _fail(*param_error(exc, "target", self.target.name)) from None
         if self.target.params.get("parametrisation") == "reprior":
             raise _fail(
                 "target.params.parametrisation",
@@ -262,7 +297,7 @@ class RunSpec(_Model):
         try:
             facts = _target_facts(self.target.name, json.dumps(self.target.params, sort_keys=True))
         except ParamError as exc:
-            raise _fail(*_param_error(exc, "target", self.target.name)) from None
+            raise _fail(*param_error(exc, "target", self.target.name)) from None
         points = self.vi.points
         if points is not None and (facts.n is None or points > facts.n):
             have = "a potential, which has no data" if facts.n is None else f"n = {facts.n}"
@@ -284,7 +319,7 @@ class RunSpec(_Model):
         try:
             dim = _target_facts(name, json.dumps(self.target.params, sort_keys=True)).dim
         except ParamError as exc:
-            raise _fail(*_param_error(exc, "target", name)) from None
+            raise _fail(*param_error(exc, "target", name)) from None
         if len(self.start) != dim or not all(math.isfinite(x) for x in self.start):
             raise _fail("start", f"must be {dim} finite numbers (the target's d), got {self.start}")
         if self.observables:
@@ -301,7 +336,7 @@ class RunSpec(_Model):
         try:
             facts = _target_facts(name, json.dumps(self.target.params, sort_keys=True))
         except ParamError as exc:  # a size over the limits: named as check_budget names it
-            raise _fail(*_param_error(exc, "target", name)) from None
+            raise _fail(*param_error(exc, "target", name)) from None
         if facts.classes is None:
             what = "a regression network" if facts.has_data else "a potential (no data)"
             raise _fail(
@@ -357,7 +392,7 @@ class RunSpec(_Model):
             self.sampler.params = {**self.sampler.params, "localization": llc.LOCALIZATION}
 
 
-def _param_error(exc: ParamError, role: str, name: str) -> tuple[str, str]:
+def param_error(exc: ParamError, role: str, name: str) -> tuple[str, str]:
     """Registry errors name "<name>.<param>"; users wrote "<role>.params.<param>"."""
     text = str(exc).removeprefix(f"{exc.field}: ")
     prefix = f"{name}."
@@ -420,10 +455,9 @@ def parse_spec(data: dict[str, Any] | str) -> RunSpec:
     try:
         if isinstance(data, str):
             if len(data) > MAX_SPEC_BYTES:
-                raise SpecError(
-                    "spec",
-                    f"is {_human(len(data))}, over the {MAX_SPEC_BYTES >> 20} MiB a spec may hold",
-                )
+                size = human_bytes(len(data))
+                limit = f"over the {MAX_SPEC_BYTES >> 20} MiB a spec may hold"
+                raise SpecError("spec", f"is {size}, {limit}")
             return RunSpec.model_validate_json(data)
         return RunSpec.model_validate(data)
     except ValidationError as exc:
@@ -442,7 +476,7 @@ def read_spec_file(path: str) -> Any:
         raise SpecError("spec", f"cannot read {path}: {exc}") from None
     if len(raw) > MAX_SPEC_BYTES:
         size = os.stat(path).st_size
-        held = _human(size) if size > MAX_SPEC_BYTES else "more"  # a pipe has no size
+        held = human_bytes(size) if size > MAX_SPEC_BYTES else "more"  # a pipe has no size
         raise SpecError(
             "spec", f"{path} is {held}, over the {MAX_SPEC_BYTES >> 20} MiB a spec file may hold"
         )
@@ -466,22 +500,6 @@ def _depth(value: Any) -> int:
             deepest = max(deepest, level + 1)
             stack += [(v, level + 1) for v in (item.values() if isinstance(item, dict) else item)]
     return deepest
-
-
-# ---------------------------------------------------------------------------------------------
-# Memory estimate.
-
-
-@dataclass(frozen=True)
-class Estimate:
-    dim: int  # d, parameters per chain
-    device_bytes: int
-    store_bytes: int
-    recorded_dims: int  # d (all), projection_dim (projection) or 0 (none)
-    records: int  # recorded steps, ceil(steps / thin)
-    positions: str  # "all", "projection" or "none": "auto" resolved
-    host_bytes: int  # the summary's, in RAM (beside device_bytes on a GPU, with them on CPU)
-    parts: dict[str, int]  # device_bytes and host_bytes by term (``estimate`` says which)
 
 
 class TargetFacts(NamedTuple):
@@ -524,16 +542,7 @@ def target_facts(spec: RunSpec) -> TargetFacts:
     try:
         return _target_facts(spec.target.name, key)
     except ParamError as exc:  # e.g. a DLN size class whose dataset is too big to hold
-        raise SpecError(*_param_error(exc, "target", spec.target.name)) from None
-
-
-def kernel_of(spec: RunSpec) -> Kernel:
-    """The spec's kernel, made as the run makes it (hyperparameters only: cheap), so that a
-    builder's refusal (a splitting scheme) comes before a run is queued."""
-    try:
-        return samplers.make(spec.sampler.name, **spec.sampler.params)
-    except ParamError as exc:
-        raise SpecError(*_param_error(exc, "sampler", spec.sampler.name)) from None
+        raise SpecError(*param_error(exc, "target", spec.target.name)) from None
 
 
 def resolve_w0(spec: RunSpec, facts: TargetFacts) -> str:
@@ -556,301 +565,10 @@ def resolve_w0(spec: RunSpec, facts: TargetFacts) -> str:
     return mode
 
 
-AUTOGRAD = 3  # a step's activations: the forward's (kept for the backward), their gradients
-PARTS = {  # Estimate.parts, in words
-    "state": "the chains' state",
-    "data": "the data",
-    "step": "a step's activations",
-    "buffer": "the records between flushes",
-    "summary": "the summary's draws",
-}
-
-
-def estimate(spec: RunSpec) -> Estimate:
-    """Device and store bytes of a run, from the target's facts (nothing is built).
-
-    Device bytes are the sum of these terms (``Estimate.parts``; C chains, d parameters):
-    - state: 8 [C, d] tensors live at once: position, localization centre, gradient, injected
-      noise, momentum or preconditioner state, and about three temporaries of the update;
-    - data: the dataset and truths, moved to the device;
-    - step: a network's activations in the largest of the passes a run makes, one at a time:
-      - a step: C x B x sum(widths) numbers x AUTOGRAD, B the points a chain's step reads
-        (batch_size for a minibatch sampler, else all n);
-      - the initial loss on all n points, without gradients (runs.loop: ``full_loss``, in
-        passes of DATA_CHUNK points): a layer's input and two of its outputs alive at once,
-        C x min(n, DATA_CHUNK) x max(H_in + 2 H_out) numbers;
-      - with "llc": its MALA probe, a step's on min(n, EVAL_POINTS) points a chain, and the
-        training of w0 (one chain, its training batch);
-      - with "predictive": a forward pass of the kept draws on the test set (at most
-        samplers.predictive.NUMBERS_PER_PASS activations, float64 logits) and the curvature's
-        double backward (CURVATURE_DRAWS draws on up to CURVATURE_POINTS points, its graph
-        kept through the power iterations);
-      A closed-form target's full-data loss costs no points (the polynomial's moments); a
-      potential's temporaries are [C, d], in state;
-    - buffer: the records held between two flushes;
-    - with "predictive", in state: its per-chain sums, C x n_test x (classes + 1) float64.
-    Host bytes are the summary's: its per-chain sums of positions and the diagnosed chains'
-    draws (ESS, R-hat), kept in RAM (on CPU, the device's memory too).
-    """
-    from runs.observe import EVAL_POINTS  # observe imports this module
-    from samplers import predictive
-
-    if spec.kind == "vi":
-        return _vi_estimate(spec)
-    f = target_facts(spec)
-    kernel = kernel_of(spec)
-    dim, itemsize, chains = f.dim, (4 if spec.dtype == "float32" else 8), spec.chains
-    positions = spec.record.positions
-    if positions == "auto":
-        positions = "all" if dim <= 64 else "projection"
-    recorded = {"all": dim, "projection": spec.record.projection_dim, "none": 0}[positions]
-    records = math.ceil(spec.steps / spec.thin)
-    width = sum(f.widths) * itemsize  # bytes of one point's activations, per chain
-    # without gradients a layer's input and two of its outputs (pre-activation, activation)
-    pair = max((a + 2 * b for a, b in itertools.pairwise(f.widths)), default=0) * itemsize
-    n = 0 if f.n is None else f.n
-    full = 0 if f.closed_form else n
-    batch = getattr(kernel, "batch_size", None)
-    points = batch if kernel.minibatch and batch is not None and batch < n else full
-    passes = [AUTOGRAD * chains * points * width, chains * min(full, DATA_CHUNK) * pair]
-    if "llc" in spec.observables:
-        passes.append(AUTOGRAD * chains * min(n, EVAL_POINTS) * width)
-        if f.has_data and spec.llc.w0 in ("auto", "train"):
-            train_points = spec.llc.train_batch_size or (n if n <= 4096 else 512)
-            passes.append(AUTOGRAD * min(train_points, n) * width)
-    sums = 0
-    if "predictive" in spec.observables and f.classes:
-        numbers = sum(f.widths)
-        held = min(chains * f.n_test * numbers, max(predictive.NUMBERS_PER_PASS, chains * numbers))
-        passes.append(held * 8)
-        subset = min(max(1, f.n_test // predictive.CURVATURE_FRACTION), predictive.CURVATURE_POINTS)
-        passes.append(2 * AUTOGRAD * predictive.CURVATURE_DRAWS * subset * width)
-        sums = chains * f.n_test * (f.classes + 1) * 8
-    per_flush = AUTO_FLUSH_RECORDS if spec.flush_every == 0 else spec.flush_every // spec.thin + 1
-    draws = max(records - math.ceil(spec.burn_in / spec.thin), 1)
-    summary = 0
-    if positions == "all":  # a projected run keeps no position sums
-        diagnosed = diagnostics.diagnosed_chains(chains, draws)
-        summary = 2 * chains * dim * 8 + diagnosed * draws * dim * itemsize
-    # the "ess" observable's projections of theta and f(X_test), recorded with each record
-    projected = 2 * ESS_PROJECTIONS if "ess" in spec.observables else 0
-    parts = {
-        "state": 8 * chains * dim * itemsize + sums,
-        "data": f.floats * itemsize + f.other_bytes,
-        "step": max(passes),
-        "buffer": min(records, per_flush)
-        * chains
-        * (itemsize + 2 + itemsize * (recorded + projected)),
-    }
-    # The store keeps float32 loss, bool accepted, bool diverged and float32 positions per record,
-    # plus the PCA snapshots when positions are projected (all positions already allow the PCA).
-    store = records * chains * (4 + 1 + 1 + 4 * recorded + itemsize * projected)
-    if positions == "projection" and dim > 64:
-        store += min(spec.record.snapshots, records) * chains * dim * 4
-    device = sum(parts.values())
-    parts["summary"] = summary
-    return Estimate(dim, device, store, recorded, records, positions, summary, parts)
-
-
-def _vi_estimate(spec: RunSpec) -> Estimate:
-    """A vi run's bytes: the flow (``layers`` couplings, each an s and a t MLP of d x hidden,
-    hidden x hidden x 2, hidden x d weights) with Adam's two moments and its gradient; a step's
-    activations for M draws on a minibatch; the per-epoch objective in the store."""
-    f, o = target_facts(spec), spec.vi
-    itemsize, d = (4 if spec.dtype == "float32" else 8), target_facts(spec).dim
-    weights = o.layers * 2 * (2 * d * o.hidden + 2 * o.hidden**2 + d + 3 * o.hidden)
-    n = 0 if f.n is None else f.n
-    points = max(1, round(n * o.batch_fraction)) if n else 0
-    width = sum(f.widths) * itemsize
-    parts = {
-        "state": 4 * weights * itemsize + 8 * d * itemsize,
-        "data": f.floats * itemsize + f.other_bytes,
-        "step": AUTOGRAD * max(o.samples, o.final_samples) * max(points, 1) * width
-        + AUTOGRAD * o.layers * o.final_samples * (d + 6 * o.hidden) * itemsize,
-        "buffer": o.epochs * 16,
-    }
-    return Estimate(d, sum(parts.values()), o.epochs * 16, 0, o.epochs, "none", 0, parts)
-
-
-def _lower(spec: RunSpec, part: str) -> str:
-    """What to change when the device would overflow: the fields behind its largest ``part``."""
-    if spec.kind == "vi":
-        return "lower target.params.n or vi.samples / vi.final_samples, or a smaller network"
-    if part == "step":
-        takes = samplers.REGISTRY[spec.sampler.name].params
-        if any(p.name == "batch_size" for p in takes):
-            size = spec.sampler.params.get("batch_size")
-            if size is None:  # a full batch: every point's activations at each step
-                return "lower chains or target.params.n, or set sampler.params.batch_size"
-            return "lower chains or sampler.params.batch_size"
-        return "lower chains or target.params.n (or use a minibatch sampler with batch_size)"
-    return {
-        "state": "lower chains",
-        "data": "lower target.params.n",
-        "buffer": "lower chains or flush_every",
-        "summary": "lower chains or steps, raise thin, or record fewer positions",
-    }[part]
-
-
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
+    """``n`` bytes in words: 1.5 KiB, 3.0 GiB."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024:
             return f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-def _disk_free() -> tuple[Path, int | None]:
-    """The store's home and the bytes free on its disk (None where that cannot be read). A run
-    that fills the disk fails part way, its time lost, so it is refused before it starts."""
-    home = path = store_home()
-    while not path.exists() and path != path.parent:  # not created yet: its nearest ancestor
-        path = path.parent
-    try:
-        return home, shutil.disk_usage(path).free
-    except OSError:
-        return home, None
-
-
-def _device_memory(device: torch.device) -> int:
-    """80% of the physical memory of the device the run will use."""
-    if device.type == "cuda":
-        total = torch.cuda.get_device_properties(device.index or 0).total_memory
-    else:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return int(0.8 * total)
-
-
-def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
-    """The estimate, or a SpecError on "memory" when the device or the store would overflow,
-    checked before a run is queued, as is what else needs the built target (an LLC's w0).
-
-    Budget: ``budget_bytes``, else $BASIN_MEMORY_BUDGET (bytes), for both; else 8 GiB for the
-    store and 80% of the device's memory (RAM on CPU) for the device. The run's records must
-    also fit in the space free on the store's disk now, less what the runs queued or running
-    before it have still to write.
-    """
-    if spec.target.name == "custom":  # an energy with nothing to sample would only diverge
-        try:
-            probe(spec.target.params["formula"], spec.target.params["dim"])
-        except ParamError as exc:
-            raise SpecError(*_param_error(exc, "target", "custom")) from None
-    est = estimate(spec)  # the target's sizes and the kernel, as the run will make them
-    if "llc" in spec.observables:
-        resolve_w0(spec, target_facts(spec))  # else the worker would fail the run later
-    if budget_bytes is None and os.environ.get("BASIN_MEMORY_BUDGET"):
-        budget_bytes = _budget_from_env(os.environ["BASIN_MEMORY_BUDGET"])
-    if budget_bytes is not None:
-        device_budget = store_budget = budget_bytes
-    else:
-        device_budget, store_budget = _device_memory(_device(spec)), 8 * GiB
-    ram = spec.device == "cpu" or (spec.device == "auto" and not torch.cuda.is_available())
-    device = est.device_bytes + (est.host_bytes if ram else 0)  # on CPU the summary shares it
-    if device > device_budget or est.store_bytes > store_budget:
-        budget = _human(device_budget)
-        if store_budget != device_budget:
-            budget = f"{budget} (device) and {_human(store_budget)} (store)"
-        advice = "lower chains or steps, raise thin, or record fewer positions"  # the store's
-        if device > device_budget:
-            parts = {k: v for k, v in est.parts.items() if ram or k != "summary"}
-            part = max(parts, key=parts.get)
-            size = _human(parts[part])
-            advice = f"the largest part, {PARTS[part]}, is ~{size}: {_lower(spec, part)}"
-        raise SpecError(
-            "memory",
-            f"needs ~{_human(device)} of device memory and ~{_human(est.store_bytes)} "
-            f"of store, over the budget of {budget}; {advice}",
-        )
-    home, free = _disk_free()
-    promised = _promised(home) if free is not None else 0
-    if free is not None and est.store_bytes > free - promised:
-        raise SpecError(
-            "memory",
-            f"needs ~{_human(est.store_bytes)} of store, but the disk holding {home} has "
-            f"{_human(free)} free, ~{_human(promised)} of it promised to the runs queued or "
-            "running; lower chains or steps, raise thin, record fewer positions, or free some "
-            "space (deleting old runs on the Runs page does)",
-        )
-    return est
-
-
-def _promised(home: Path) -> int:
-    """Bytes the store's queued and running runs have still to write: each one's estimate less
-    its data file so far (0 when there is no store yet, or it cannot be read)."""
-    from runs.store import Store, StoreError
-
-    if not (home / "basin.sqlite").exists():
-        return 0
-    try:
-        store = Store(home)
-        runs = store.list("queued") + store.list("running")
-    except (StoreError, OSError):
-        return 0
-    total = 0
-    for record in runs:
-        try:
-            total += max(
-                0, estimate(parse_spec(record.spec)).store_bytes - store.written(record.id)
-            )
-        except (SpecError, ParamError, OSError, KeyError):
-            continue  # a run this version cannot read promises nothing it can tell
-    return total
-
-
-def _budget_from_env(text: str) -> int:
-    try:
-        budget = int(text)
-    except ValueError:
-        budget = 0
-    if budget <= 0:
-        raise SpecError("BASIN_MEMORY_BUDGET", f"must be a number of bytes > 0, got {text!r}")
-    return budget
-
-
-# ---------------------------------------------------------------------------------------------
-# Build.
-
-
-def _device(spec: RunSpec) -> torch.device:
-    try:
-        return landscapes.resolve_device(spec.device)
-    except ParamError as exc:  # e.g. "cuda" asked for on a machine without one
-        raise SpecError("device", str(exc).removeprefix("device: ")) from None
-
-
-def build(spec: RunSpec) -> tuple[Target, Kernel, torch.device]:
-    """The target on the spec's device and dtype, and the kernel, for the run loop.
-
-    A process builds each target once and keeps the last few (and their kernels): a warm worker
-    given the same target and sampler again (a new seed, more steps, the class pressing Run
-    twice) reuses the kernel's compiled chunks. Both are read-only during a run."""
-    target, target_key = build_target(spec)
-    kernel = _built_kernel(target_key, json.dumps(spec.sampler.model_dump(mode="json")))
-    return target, kernel, target.device
-
-
-def build_target(spec: RunSpec) -> tuple[Target, str]:
-    """The spec's target on its device and dtype (kept, as ``build`` says), and its key."""
-    device = _device(spec)
-    target_key = json.dumps(
-        {"target": spec.target.model_dump(mode="json"), "device": str(device), "dtype": spec.dtype},
-        sort_keys=True,
-    )
-    return _built_target(target_key), target_key
-
-
-@functools.lru_cache(maxsize=4)
-def _built_target(key: str) -> Target:
-    spec = json.loads(key)
-    name, params = spec["target"]["name"], spec["target"]["params"]
-    try:
-        return landscapes.make(name, device=spec["device"], dtype=spec["dtype"], **params)
-    except ParamError as exc:  # builder-level checks (e.g. dln.rank above the smallest width)
-        raise SpecError(*_param_error(exc, "target", name)) from None
-
-
-@functools.lru_cache(maxsize=16)
-def _built_kernel(target_key: str, sampler_key: str) -> Kernel:
-    """One kernel per (target, sampler): its compiled chunks are for that target."""
-    sampler = json.loads(sampler_key)
-    return samplers.make(sampler["name"], **sampler["params"])

@@ -5,8 +5,9 @@ target's posterior by maximising Psi = ELBO + n S_n, in the background like any 
 epoch's mean objective goes to the store's records (``objective``), so a page draws the curve
 live, and the summary holds the final full-data Psi with its Monte Carlo error, the exact
 log Z_bar where Basin knows it (the bound Psi cannot pass) and the target's true learning
-coefficient. A resumed run replays: the fit is the same from the same seed, and only the
-epochs the store lacks are written.
+coefficient. Its epochs run on the run loop's clock (``runs.pace``: flushes, progress, cancels)
+and its verdict is the verdict system's (``runs.verdict.judge_fit``). A resumed run replays: the
+fit is the same from the same seed, and only the epochs the store lacks are written.
 
 The ``vi`` sweep is the n-scan: one vi run per n (and per source); the slope of -Psi against
 log n estimates lambda_vb >= lambda, an upper bound on the learning coefficient (reference 004
@@ -25,12 +26,13 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from runs.spec import RunSpec, build_target
+from runs import verdict
+from runs.build import build_target
+from runs.pace import Pace, append_unstored
+from runs.spec import RunSpec
 from runs.store import Progress, Store
 from samplers import vi
 
-FLUSH_SECONDS = 0.5  # epochs reach the store (and the live curve) at least this often
-CONVERGED_WINDOW = 0.1  # the curve's last 10% of epochs against the 10% before
 SOURCES = ("gamma", "gaussian")
 NAMES = {"gamma": "nf_gamma", "gaussian": "nf_gaussian"}  # reference 004's names
 
@@ -112,34 +114,15 @@ def execute(
         flow = vi.Flow(target.dim, layers=o.layers, hidden=o.hidden).to(dtype=dtype, device=device)
     source = make_source(spec, target.dim, dtype, device)
     generator = torch.Generator(device=device).manual_seed(spec.seed)
-    stored = store.records(run_id)  # a resumed run replays these epochs unwritten
-    pending: list[float] = []
-    written = 0
-    last_flush = fit_started = time.perf_counter()
-
-    def flush() -> None:
-        nonlocal written, last_flush
-        first = written
-        new = [(first + i, v) for i, v in enumerate(pending) if first + i >= stored]
-        if new:
-            epochs = np.array([e + 1 for e, _ in new], dtype=np.int32)
-            values = np.array([v for _, v in new], dtype=np.float64)
-            store.append(run_id, new[0][0], {"epoch": epochs, "objective": values})
-        written += len(pending)
-        pending.clear()
-        last_flush = time.perf_counter()
+    records = EpochRecords(store, run_id)
+    pace = Pace(store, run_id, o.epochs, "fit", should_stop, on_progress)
 
     def on_epoch(epoch: int, value: float) -> bool:
-        pending.append(value)
-        now = time.perf_counter()
-        if now - last_flush >= FLUSH_SECONDS or epoch == o.epochs:
-            flush()
-            rate = epoch / (now - fit_started)
-            p = Progress(epoch, o.epochs, rate, (o.epochs - epoch) / rate, "fit")
-            store.set_progress(run_id, p.as_dict())
-            if on_progress:
-                on_progress(p)
-        return should_stop()
+        records.keep(value)
+        if pace.late() or epoch == o.epochs:
+            records.flush()
+            pace.flushed(epoch, report=True)
+        return pace.stop()
 
     res = vi.fit(
         target,
@@ -158,10 +141,37 @@ def execute(
         sigma=noise_sd(spec),
         final_samples=o.final_samples,
     )
-    flush()
+    records.flush()
     summary = _summary(spec, run_id, target, source, res, started)
-    summary["verdict"] = judge(summary, res.curve)
+    summary["verdict"] = verdict.judge_fit(summary, res.curve)
     return summary
+
+
+class EpochRecords:
+    """A fit's records: each epoch's mean objective ("epoch" from 1, "objective"), appended at
+    each flush; a resumed run replays its epochs and writes only those the store lacks."""
+
+    def __init__(self, store: Store, run_id: str):
+        self.store, self.run_id = store, run_id
+        self.stored = store.records(run_id)  # a resumed run replays these epochs unwritten
+        self.pending: list[float] = []
+        self.written = 0
+
+    def keep(self, value: float) -> None:
+        self.pending.append(value)
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        first, n = self.written, len(self.pending)
+        parts = {
+            "epoch": [np.arange(first + 1, first + n + 1, dtype=np.int32)],
+            "objective": [np.array(self.pending, dtype=np.float64)],
+        }
+        self.written = append_unstored(
+            self.store, self.run_id, "records", first, parts, self.stored
+        )
+        self.pending = []
 
 
 def _summary(spec: RunSpec, run_id: str, target, source, res: vi.FitResult, started) -> dict:
@@ -204,93 +214,3 @@ def _summary(spec: RunSpec, run_id: str, target, source, res: vi.FitResult, star
         "observables": {},
         "warnings": [],
     }
-
-
-def _signal(code: str, status: str, value, message: str, advice: str) -> dict:
-    return {"code": code, "status": status, "value": value, "message": message, "try": advice}
-
-
-def judge(summary: dict, curve: list[float]) -> dict:
-    """A vi run's verdict from its own numbers: a divergence, a final objective above the
-    exact log Z_bar (impossible: Psi <= log Z_bar, reference 004 eq 2) beyond 3 Monte Carlo
-    SEs, a curve still rising in its last epochs, or a fit that ended below where it began."""
-    signals = []
-    if summary["diverged"]:
-        signals.append(
-            _signal(
-                "diverged",
-                "fail",
-                summary["diverged_epoch"],
-                f"the fit diverged in epoch {summary['diverged_epoch']} (a NaN or Inf objective "
-                "or gradient, or a degenerate source); its parameters are the last finite ones",
-                "smaller learning rates (vi.lr_lambda_beta, vi.lr_flow), or a prior closer to "
-                "the data's scale",
-            )
-        )
-    value, se, log_z = summary["objective"], summary["objective_se"], summary["log_z_bar"]
-    if value is not None and log_z is not None and value > log_z + 3 * se:
-        signals.append(
-            _signal(
-                "above_bound",
-                "fail",
-                value - log_z,
-                f"Psi {value:.2f} is above the exact log Z_bar {log_z:.2f} by more than 3 "
-                f"Monte Carlo SEs ({se:.2g}): the estimate cannot be right",
-                "more final draws (vi.final_samples); report this run",
-            )
-        )
-    n, d = summary.get("n"), summary.get("dim")
-    loose = 0.5 * d * math.log(n) if n and d and n > 1 else None  # a regular model's log n term
-    if value is not None and log_z is not None and loose and value < log_z - loose:
-        signals.append(
-            _signal(
-                "far_below_bound",
-                "warn",
-                log_z - value,
-                f"Psi {value:.4g} is {log_z - value:.3g} nats below the exact log Z_bar "
-                f"{log_z:.4g}, more than (d/2) log n = {loose:.3g}: this fit is too poor for its "
-                "value (or a slope) to say much",
-                "more epochs, smaller learning rates, or the gamma source",
-            )
-        )
-    window = max(1, int(CONVERGED_WINDOW * len(curve)))
-    if len(curve) >= 20 and not summary["diverged"]:
-        last, before = np.array(curve[-window:]), np.array(curve[-2 * window : -window])
-        se_diff = math.sqrt(last.var(ddof=1) / len(last) + before.var(ddof=1) / len(before))
-        rise = float(last.mean() - before.mean())
-        if rise > 3 * se_diff:
-            signals.append(
-                _signal(
-                    "not_converged",
-                    "warn",
-                    rise,
-                    f"the objective still rose by {rise:.3g} over its last {window} epochs "
-                    f"(more than 3 SEs, {se_diff:.2g}): Psi is below what this flow reaches",
-                    "more epochs (vi.epochs)",
-                )
-            )
-        first = np.array(curve[:window])
-        se_drop = math.sqrt(last.var(ddof=1) / len(last) + first.var(ddof=1) / len(first))
-        if last.mean() < first.mean() - 3 * se_drop:  # beyond the epochs' own noise
-            signals.append(
-                _signal(
-                    "not_improving",
-                    "fail",
-                    float(last.mean() - first.mean()),
-                    "the objective ended below where it began: the fit made things worse",
-                    "smaller learning rates (vi.lr_lambda_beta, vi.lr_flow)",
-                )
-            )
-    elif not summary["diverged"]:
-        signals.append(
-            _signal(
-                "short",
-                "warn",
-                len(curve),
-                f"{len(curve)} epochs are too few to tell whether the fit converged",
-                "20 epochs or more (the reference trains 100-300 on small models)",
-            )
-        )
-    order = {"good": 0, "warn": 1, "fail": 2}
-    status = max((s["status"] for s in signals), key=order.get, default="good")
-    return {"status": status, "signals": signals}

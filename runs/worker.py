@@ -23,8 +23,9 @@ import time
 import traceback
 from collections.abc import Callable
 
+from runs.liveness import alive, same_start
 from runs.spec import SpecError, parse_spec
-from runs.store import Store, _pid_alive
+from runs.store import Store
 
 HEARTBEAT_S = 1.0
 STALE_S = 10.0
@@ -168,7 +169,7 @@ def work(home: str, threads: int | None = None, warm: bool = False) -> None:
 
 def _orphaned(parent: int) -> bool:
     """POSIX hands an orphan to another parent; Windows keeps the dead parent's pid, so ask it."""
-    return os.getppid() != parent if os.name == "posix" else not _pid_alive(parent)
+    return os.getppid() != parent if os.name == "posix" else not alive(parent)
 
 
 def supervise(
@@ -223,12 +224,10 @@ def supervise(
 
 
 def _owner_alive(owner: str) -> bool:
-    """Whether the process "pid:start" still runs (the same one: its start time agrees)."""
-    from runs.pool import _started  # pool imports this module
-
-    pid, _, started = owner.partition(":")
-    now = _started(int(pid))  # None where it cannot be read: the pid alone decides then
-    return _pid_alive(int(pid)) and (now is None or started == "None" or now == started)
+    """Whether the process "pid:start" still runs (the same one: its start time agrees; where
+    either start time cannot be read, the pid alone decides)."""
+    pid, _, when = owner.partition(":")
+    return alive(int(pid)) and same_start(int(pid), when) is not False
 
 
 def enforce_cancels(store: Store, workers: list, seen: dict[str, float]) -> None:

@@ -1,7 +1,7 @@
 """The Kernel contract: typed chain-batched states, the noise a step reads, divergence containment.
 
 Every kernel targets U(w) = nbeta L(w) + (localization / 2) |w - center|^2 + prior(w), on all C
-chains at once. A kernel declares its hyperparameters on the class, its state as a dataclass of
+chains at once. A kernel declares its hyperparameters in its ``SPEC``, its state as a dataclass of
 tensors, and the random draws one step consumes (``draws``). The draws come from a ``Noise``
 stream that draws them in blocks of a fixed number of steps, so the eager loop and a compiled
 chunk (``samplers.compiled``) read the very same numbers in the same order, and a run's first N
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 import torch
@@ -23,41 +23,8 @@ from torch import Tensor
 from landscapes import Target
 from landscapes.base import Batch
 
-
-@dataclass
-class State:
-    """What every kernel carries; kernels with more subclass it (momentum, statistics)."""
-
-    position: Tensor  # [C, d]
-    center: Tensor  # [C, d]: the localisation centre (the starting point)
-    diverged: Tensor  # [C] bool: frozen after a NaN/Inf
-
-
-@dataclass
-class Info:
-    """Per-chain results of one step ([C] each), or of many stacked ([T, C])."""
-
-    loss: Tensor  # L as the step evaluated it (SG kernels: L_batch(w_t); MH: at w_{t+1})
-    accepted: Tensor  # float: 1 where an MH proposal was accepted (1 for kernels without MH)
-    diverged: Tensor  # bool
-    position: Tensor | None = None  # after the step, when ``run(..., positions=True)``
-    scalars: dict[str, Tensor] = field(default_factory=dict)  # ``observe`` and step extras
-    # with ``trace`` (the animated view): the point each chain proposed (the new position for
-    # kernels without one) [C, d], and an integrator's path to it [C, L, d] (HMC, NUTS;
-    # NaN-padded)
-    proposal: Tensor | None = None
-    path: Tensor | None = None
-
-
-@dataclass
-class Energy:
-    """U and its pieces at a position, for one batch."""
-
-    loss: Tensor  # L [C]
-    loss_grad: Tensor | None  # grad L [C, d] (what adaptive preconditioners adapt on; None
-    # unless the kernel's ``uses_loss_grad``)
-    value: Tensor  # U [C]
-    grad: Tensor  # grad U [C, d]
+from .spec import KernelSpec
+from .state import Energy, Info, State
 
 
 @dataclass(frozen=True)
@@ -144,7 +111,9 @@ class Noise:
 
 
 class Kernel(ABC):
-    """A sampler with validated hyperparameters. Subclasses write ``update``: the equation.
+    """A sampler with validated hyperparameters. Subclasses declare ``SPEC`` (a ``KernelSpec``:
+    name, family, paper, hyperparameters, equation, acceptance band) and write ``update``: the
+    equation.
 
     ``minibatch``: whether the kernel uses ``batch_size`` minibatches (stochastic-gradient kernels);
     MH kernels always use the full data, because their acceptance needs the exact U.
@@ -164,13 +133,28 @@ class Kernel(ABC):
     # known biases a run with this kernel must warn about: {code: message}
     caveats: ClassVar[dict[str, str]] = {}
 
-    # hyperparameters every kernel takes; subclasses declare their own below these
+    # the kernel's one declaration: name, hyperparameters, equation, paper, acceptance band
+    SPEC: ClassVar[KernelSpec | None] = None
+    # hyperparameters every kernel takes (their defaults, like all others, come from SPEC)
     step_size: float
-    nbeta: float | None = None
-    localization: float = 0.0
+    nbeta: float | None
+    localization: float
+
+    def __init_subclass__(cls, **kwargs: Any):
+        """Bind a class's own ``SPEC`` to it (builder, docstring) and set its hyperparameter
+        attributes to the spec's defaults: the one place they are declared."""
+        super().__init_subclass__(**kwargs)
+        spec = cls.__dict__.get("SPEC")
+        if spec is None:
+            return
+        doc = cls.__doc__ if spec.doc is None else spec.doc
+        cls.SPEC = replace(spec, doc=doc, build=spec.build or cls)
+        cls.name = spec.name
+        for param in spec.params:
+            setattr(cls, param.name, param.default)
 
     def __init__(self, **params: Any):
-        declared = {k for c in type(self).__mro__ for k in getattr(c, "__annotations__", {})}
+        declared = {p.name for p in self.SPEC.params} if self.SPEC else set()
         unknown = set(params) - declared
         if unknown:
             raise TypeError(f"{type(self).__name__} takes no hyperparameter {sorted(unknown)}")

@@ -26,7 +26,7 @@ from dataclasses import fields, replace
 import torch
 from torch import Tensor
 
-from .base import Info, State
+from .state import Info, State
 
 
 # -- torch's private API, used here only -------------------------------------------------------

@@ -39,7 +39,7 @@ from landscapes import ParamError, Target
 from landscapes.base import rows
 
 from .base import Info, Kernel, State
-from .mcmc import mala_log_ratio
+from .integrators import mala_log_ratio
 
 LOCALIZATION = 1.0  # gamma in LLC runs on networks unless given (module doc)
 
@@ -354,7 +354,7 @@ def stationary(losses: np.ndarray, baseline: float, nbeta: float, tol: float = 0
     That is all it can see: a step too large biases every draw alike, so a stationary estimate
     can be far off (four DLN runs from 2.5 to 10.1 against 4.5 all passed). The calibration
     sweep adds what separates those: agreement across step sizes 10x apart, the
-    preconditioned acceptance and lambda_hat against d/2 (``studies.sweep``)."""
+    preconditioned acceptance and lambda_hat against d/2 (``studies.calibrate``)."""
     losses = np.asarray(losses, dtype=np.float64)
     half = len(losses) // 2
     if half < 2:

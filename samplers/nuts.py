@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from .base import Draw
-from .mcmc import MHKernel
+from .integrators import MHKernel
+from .spec import LOC, NBETA, Param, aligned, kernel_spec
 
 MAX_DELTA_H = 1000.0  # a leapfrog step whose energy error H - H0 exceeds this diverged (Stan's)
 PATH_POINTS = 129  # at most this many points of a tree in ``trace["path"]``
@@ -38,9 +39,50 @@ class NUTS(MHKernel):
     Chains build their trees in lockstep on [C, d] tensors; a chain whose tree has stopped keeps
     its values (masked) while the others go on."""
 
-    name = "nuts"
+    SPEC = kernel_spec(
+        "nuts",
+        "mcmc",
+        "Hoffman & Gelman (2014), JMLR 15",
+        [
+            # fixed (no dual averaging): the registry's 1e-3 would build max_depth trees of
+            # 1023 steps on the teaching targets at every iteration
+            Param("step_size", "float", 0.1, "leapfrog step size epsilon (fixed)", 1e-12, 10.0),
+            NBETA,
+            LOC,
+            Param(
+                "max_depth",
+                "int",
+                10,
+                "most doublings of a tree (at most 2^max_depth - 1 leapfrog steps an iteration)",
+                1,
+                12,
+            ),
+        ],
+        equation=aligned(
+            r"p_0 \sim \mathcal{N}(0, I),\quad H = U(w) + \tfrac{1}{2}\lVert p \rVert^2,"
+            r"\quad \text{tree } \mathcal{T} = \{(w_t, p_0)\}",
+            r"\text{doubling } j:\ v_j = \pm 1,\ 2^j \text{ leapfrog steps of } v_j\,\varepsilon"
+            r" \text{ from } \mathcal{T}\text{'s end on side } v_j",
+            r"\text{stop if } \rho \cdot p^- \le 0 \text{ or } \rho \cdot p^+ \le 0"
+            r" \text{ on any binary subtree},\ \rho = \textstyle\sum p",
+            r"\text{sample } z \in \mathcal{T} \text{ with probability } \propto e^{-H(z)}"
+            r"\ \text{(progressively)}",
+        ),
+        text="The No-U-Turn Sampler (Hoffman & Gelman 2014) in its multinomial form (Betancourt "
+        "2017), as Stan runs it with a unit mass matrix: HMC without a trajectory length. "
+        "Each chain doubles its trajectory forwards or backwards in time (a coin flip a "
+        "doubling) until the trajectory starts to turn back on itself, judged by the "
+        "generalised U-turn criterion on every binary subtree, or until 2^max_depth points. "
+        "The next state is drawn from all the trajectory's points with weights exp(-H): within "
+        "a new subtree multinomially, and across the merge with min(1, W_new / W_old), which "
+        "favours points far from the start. The construction is reversible, so the chain "
+        "samples exp(-U) exactly at any step size; too large a step shows as a low accept_stat "
+        "(the mean of min(1, exp(H0 - H)) over the new points) and as divergences (H - H0 > "
+        "1000), which end a tree early, as in a funnel's neck. The step size is fixed here "
+        "(Stan tunes it by dual averaging during warm-up).",
+        acceptance=(0.5, 1.0),  # Stan's accept_stat, whose usual target is 0.8
+    )
     fractional_acceptance = True  # accepted: the accept_stat, in [0, 1]
-    max_depth: int = 10
     # NOT compilable: each doubling asks the host whether every chain's tree has stopped (one
     # sync a doubling) so a step ends at the deepest tree it needs; a compiled step of fixed
     # shape would run all 2^max_depth - 1 leapfrog steps (masked) every time.

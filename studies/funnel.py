@@ -5,7 +5,8 @@ benchmark (``python -m bench sgrld``) and the tests.
 The target is the softplus funnel (mu = 2, sigma^2 = 80) with N(0, 1) noise added to the
 gradient; every metric starts at (1, 1) with the paper's step size and settings (section 2.1).
 The paper ran one chain for 2e6 steps; 32 chains x 2e5 steps with a 10% burn-in reproduce its
-statistics (reference 001, "vectorised re-implementation").
+statistics (reference 001, "vectorised re-implementation"). Also the Funnel page's tail table:
+which runs follow the protocol, their tails, and the cells far from the truth.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 from scipy import stats
+
+import landscapes
+from runs.budget import is_sampling
+from runs.store import Store
 
 TARGET = {"name": "softplus-funnel", "params": {"gradient_noise": 1.0}}
 START = (1.0, 1.0)
@@ -88,3 +94,82 @@ def tails(v: np.ndarray, theta1: np.ndarray) -> dict[str, float]:
         theta1.std() if len(theta1) else None,
     )
     return {k: None if x is None else float(x) for k, x in zip(COLUMNS, values, strict=True)}
+
+
+# -- the Funnel page's table: Basin's runs beside the truth and the paper's rows -----------------
+
+# Where a tail statistic is suspect: off the truth by more than a relative or absolute
+# tolerance, or (v min) never below the true 1% quantile. Colour, not a test: 32 chains x 2e5
+# steps of a correct sampler land within these (the reference's KS at 16 x 1e5 is noisier).
+TOLERANCE = {
+    "v sd": ("relative", 0.1),
+    "v q01": ("relative", 0.1),
+    "v min": ("above", "v q01"),
+    "P(v<-5)": ("absolute", 0.03),
+    "P(v<-10)": ("absolute", 0.03),
+    "KS vs N(0,80)": ("absolute", 0.05),
+    "θ1 sd": ("relative", 0.1),
+}
+PAPER = "paper (1 chain × 2e6 steps)"
+
+
+def is_protocol_run(spec: dict) -> bool:
+    """A run of reference 001's funnel protocol (``spec``): SGRLD on the softplus funnel from
+    the protocol's start."""
+    return (
+        is_sampling(spec)
+        and spec["target"]["name"] == TARGET["name"]
+        and spec["sampler"]["name"] == "sgrld"
+        and spec.get("start") == list(START)
+        and not spec.get("observables")
+    )
+
+
+def run_tails(store: Store, run_id: str, burn: int) -> dict:
+    """``tails`` of every kept draw of a run (after the burn-in, chains that never diverged)."""
+    data = store.read(run_id, names=["position", "diverged"])
+    if "position" not in data:
+        return dict.fromkeys(COLUMNS)
+    kept = data["position"][burn:, ~data["diverged"][-1]]
+    return tails(kept[..., -1], kept[..., 0])
+
+
+def suspect(column: str, value) -> bool:
+    """Whether a tail statistic is far from the truth (``TOLERANCE``)."""
+    if value is None or not math.isfinite(value):
+        return False
+    how, tolerance = TOLERANCE[column]
+    if how == "above":
+        return value > TRUTH[tolerance]
+    off = abs(value - TRUTH[column])
+    return off > (tolerance * abs(TRUTH[column]) if how == "relative" else tolerance)
+
+
+def table(basin: list[tuple[str, str, dict]], metrics=None) -> tuple[list[dict], list]:
+    """The Funnel page's tail table and its suspect cells: the truth, then each (metric,
+    source, tails) of ``basin`` followed by the paper's reproduced row of that metric (once),
+    then the paper's rows of ``metrics`` (default: all of them) not shown yet. Returns (rows,
+    per row the columns ``suspect`` flags)."""
+    rows = [{"metric": "truth", "source": "N(0, 80); θ1 | v ~ N(2, sp(v))", **TRUTH}]
+    paper = {m: dict(zip(COLUMNS, v, strict=True)) for m, v in REFERENCE.items()}
+
+    def paper_row(metric: str) -> None:
+        if metric in paper:
+            rows.append({"metric": metric, "source": PAPER, **paper.pop(metric)})
+
+    for metric, source, found in basin:
+        rows.append({"metric": metric, "source": source, **dict.fromkeys(COLUMNS), **found})
+        paper_row(metric)
+    for metric in REFERENCE if metrics is None else metrics:
+        paper_row(metric)
+    flags = [[c for c in COLUMNS if suspect(c, row[c])] for row in rows]
+    return rows, flags
+
+
+def theta1_density(target: landscapes.Target, edges) -> np.ndarray:
+    """theta_1's exact density averaged over each bin, (F(b) - F(a)) / (b - a) from the
+    target's CDF: its marginal has a cusp at mu, which a pdf sampled at bin centres misses."""
+    edges = np.asarray(edges, dtype=float)
+    with torch.no_grad():
+        cdf = target.x_cdf(torch.from_numpy(edges)).numpy()
+    return np.diff(cdf) / np.diff(edges)

@@ -76,7 +76,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from runs.spec import RunSpec, SpecError, build
+from runs.build import build
+from runs.spec import RunSpec, SpecError
 
 RUN_FILE, TRAJECTORY_FILE, AVERAGES_FILE = "run.csv", "trajectory.csv", "averages.csv"
 FILES = (RUN_FILE, TRAJECTORY_FILE, AVERAGES_FILE)
@@ -110,7 +111,9 @@ class Units:
 
 def units(kernel, target) -> Units:
     """TATi's units for ``kernel`` on ``target`` (the module docstring derives them)."""
-    from samplers.sgmcmc import SGHMC, SGLD, SGNHT
+    from samplers.sghmc import SGHMC
+    from samplers.sgld import SGLD
+    from samplers.sgnht import SGNHT
     from samplers.splitting import Splitting
 
     nbeta = float(kernel.nbeta_for(target))
@@ -257,6 +260,28 @@ def ensemble_average(loss: np.ndarray, beta: float) -> np.ndarray:
         return np.exp(pos - log_d) - np.exp(neg - log_d)
 
 
+def _averages(head, loss, kinetic, virial, records, diverged, burn: int, beta: float) -> dict:
+    """The averages table's columns: running averages from the first record after the burn-in
+    (NaN before it); the kinetic energy's and inertia's only with a momentum (``kinetic``)."""
+    nan = np.full(loss.shape, np.nan)
+    after = slice(burn, len(loss))
+    averages = {**head, "loss": loss, "ensemble_average_loss": nan.copy()}
+    averages["ensemble_average_loss"][after] = ensemble_average(loss[after], beta)
+    if kinetic is not None:
+        averages["average_kinetic_energy"] = nan.copy()
+        averages["average_kinetic_energy"][after] = running_mean(kinetic[after])
+    averages["average_virials"] = nan.copy()
+    averages["average_virials"][after] = np.abs(0.5 * running_mean(virial[after]))
+    if kinetic is not None:
+        averages["average_inertia"] = nan
+    if "accepted" in records:
+        rejected = 1.0 - records["accepted"].astype(np.float64)
+        rejected[diverged] = np.nan
+        averages["average_rejection_rate"] = nan.copy()
+        averages["average_rejection_rate"][after] = running_mean(rejected[after])
+    return averages
+
+
 def tables(
     spec: RunSpec,
     records: dict[str, np.ndarray],
@@ -309,22 +334,8 @@ def tables(
         with np.errstate(invalid="ignore"):
             run["scaled_momentum"] = np.sqrt(2 * kinetic)
     run.update(scaled_gradient=scaled_gradient, virial=np.abs(0.5 * virial), scaled_noise=nan)
-
-    after = slice(burn, R)
-    averages = {**head, "loss": loss, "ensemble_average_loss": nan.copy()}
-    averages["ensemble_average_loss"][after] = ensemble_average(loss[after], u.beta)
-    if momentum:
-        averages["average_kinetic_energy"] = nan.copy()
-        averages["average_kinetic_energy"][after] = running_mean(kinetic[after])
-    averages["average_virials"] = nan.copy()
-    averages["average_virials"][after] = np.abs(0.5 * running_mean(virial[after]))
-    if momentum:
-        averages["average_inertia"] = nan
-    if "accepted" in records:
-        rejected = 1.0 - records["accepted"].astype(np.float64)
-        rejected[diverged] = np.nan
-        averages["average_rejection_rate"] = nan.copy()
-        averages["average_rejection_rate"][after] = running_mean(rejected[after])
+    kinetic = kinetic if momentum else None
+    averages = _averages(head, loss, kinetic, virial, records, diverged, burn, u.beta)
 
     weights, biases = parameter_columns(target)
     trajectory = {"id": ids, "step": head["step"], "loss": loss}  # TATi's: no epoch
@@ -364,7 +375,7 @@ def export(store, run_id: str, folder: str | Path, every_nth: int = 1) -> list[P
     temporary file renamed onto its name, so an interrupted export leaves no half file.
     Damaged records are refused (CorruptRecords): the running averages would skip them."""
     from runs.spec import parse_spec, target_facts
-    from runs.store import _replace
+    from runs.store_export import replace_file
 
     record = store.get(run_id)
     try:
@@ -382,4 +393,4 @@ def export(store, run_id: str, folder: str | Path, every_nth: int = 1) -> list[P
     out = tables(spec, store.read(run_id), every_nth, per_step)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    return [_replace(folder / name, lambda p, t=out[name]: write_table(t, p)) for name in FILES]
+    return [replace_file(folder / name, lambda p, t=out[name]: write_table(t, p)) for name in FILES]

@@ -1,8 +1,11 @@
-"""The VI n-scan (reference 004, section 5(C)): one ``vi`` run per n and source, -Psi against
-log n and its fitted slope, an upper bound on the learning coefficient."""
+"""The VI n-scan (reference 004, section 5(C)), the ``vi`` sweep: one ``vi`` run (``runs.vi``) per
+n and source, -Psi against log n and its fitted slope, an upper bound on the learning
+coefficient. Also the Networks page's VI table.
+"""
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
@@ -11,6 +14,12 @@ import landscapes
 from runs.spec import RunSpec, SpecError, parse_spec, target_facts
 from runs.store import Store
 from runs.vi import NAMES, SOURCES
+from studies import arguments
+from studies.sweeps import CURVE_POINTS, check_size, print_flags, progress
+
+KIND = "vi"
+HELP = "the VI n-scan: -Psi against log n, its slope (reference 004, section 5(C))"
+SPEC_FLAGS = False  # its own flags, not a base run's
 
 # ---------------------------------------------------------------------------------------------
 # The n-scan.
@@ -40,9 +49,7 @@ def specs(
             raise SpecError("source", f"must be names from {list(SOURCES)}, got {source!r}")
     if not sources:
         raise SpecError("source", f"must name one or more of {list(SOURCES)}, got none")
-    from studies.sweep import _check_size  # sweep reads this module's results
-
-    _check_size(len(ns) * len(sources), "ns", "sources")
+    check_size(len(ns) * len(sources), "ns", "sources")
     if any(n < 2 for n in ns):
         raise SpecError("ns", f"must be integers >= 2, got {list(ns)}")
     registered = landscapes.REGISTRY.get(target)
@@ -91,10 +98,9 @@ def fit_slope(ns, psi) -> dict | None:
 
 
 def results(store: Store, sweep: dict) -> dict:
-    """Per cell: status, Psi with its SE, exact log Z_bar, the live objective curve; per
-    source: the fitted slope; the exact log Z_bar's own slope where known; flags."""
-    from studies.sweep import CURVE_POINTS
-
+    """The sweep's progress; per cell: status, Psi with its SE, exact log Z_bar, the live
+    objective curve; per source: the fitted slope; the exact log Z_bar's own slope where known;
+    flags."""
     cells = []
     for cell in sweep["cells"]:
         row = {"n": cell["n"], "source": cell["source"], "run_id": cell["run_id"]}
@@ -137,6 +143,7 @@ def results(store: Store, sweep: dict) -> dict:
     exact = fit_slope(list(bound), list(bound.values())) if len(bound) == len(ns) else None
     truth = next((c["true_lc"] for c in cells if c["true_lc"]), None)
     return {
+        "progress": progress(store, sweep),
         "cells": cells,
         "eta_s": eta(cells),
         "slopes": fits,
@@ -225,3 +232,71 @@ def flags(cells: list[dict], fits: dict, truth: dict | None, exact: dict | None)
                 }
             )
     return out
+
+
+def rows(cells: list[dict]) -> dict:
+    """The VI scan's table on the Networks page: one row per fit, with its verdict."""
+    fmt = lambda v: None if v is None else round(v, 3)  # noqa: E731
+    return {
+        "n": [c["n"] for c in cells],
+        "source": [c["source"] for c in cells],
+        "status": [c["status"] for c in cells],
+        "epochs": [f"{c['epochs']}/{c['epochs_total']}" for c in cells],
+        "Ψ": [fmt(c["psi"]) for c in cells],
+        "SE": [fmt(c["psi_se"]) for c in cells],
+        "log Z̄ (exact)": [fmt(c["log_z_bar"]) for c in cells],
+        "verdict": [(c["verdict"] or {}).get("status", "") for c in cells],
+    }
+
+
+# -- the command line: python -m jobs sweep vi ... ----------------------------------------------
+
+
+def add_arguments(k: argparse.ArgumentParser) -> None:
+    k.add_argument("--target", default="tanh", help="a target with data and a truth w0")
+    k.add_argument("--target-param", action="append", default=[], metavar="K=V")
+    k.add_argument("--ns", default="500,1000,2000,5000", help="comma-separated values of n")
+    k.add_argument("--source", default="gamma", help="gamma, gaussian, or both: gamma,gaussian")
+    k.add_argument(
+        "--vi-param",
+        dest="vi_param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="the fits' options (epochs, prior_mean, prior_variance, lambda0, ...)",
+    )
+    arguments.add_common(k)
+
+
+def specs_from_args(args: argparse.Namespace, base=None) -> tuple[dict, list]:
+    return specs(
+        target=args.target,
+        target_params=arguments.pairs(args.target_param, "--target-param"),
+        ns=tuple(int(n) for n in arguments.floats(args.ns, "--ns")),
+        sources=arguments.names(args.source),
+        vi_options=arguments.pairs(args.vi_param, "--vi-param"),
+        seed=args.seed,
+        device=args.device,
+        dtype=args.dtype,
+    )
+
+
+def print_text(result: dict) -> None:
+    print_flags(result)
+    fmt = lambda v, spec=".3f": "-" if v is None else format(v, spec)  # noqa: E731
+    for c in result["cells"]:
+        psi = "-" if c["psi"] is None else f"{c['psi']:.3f} +- {c['psi_se']:.2g}"
+        print(
+            f"{c['source']:<9} n {c['n']:<8} {c['status']:<9} epochs {c['epochs']}/"
+            f"{c['epochs_total']}  Psi {psi:<20} log Z_bar {fmt(c['log_z_bar'])}"
+        )
+    for source, fit in result["slopes"].items():
+        if fit is None:
+            print(f"{source:<9} slope of -Psi against log n: - (fewer than two finished n)")
+        else:
+            se = "" if fit["slope_se"] is None else f" +- {fit['slope_se']:.3f}"
+            print(f"{source:<9} slope of -Psi against log n: {fit['slope']:.3f}{se}")
+    if result["log_z_bar_fit"]:
+        print(f"exact log Z_bar's slope: {result['log_z_bar_fit']['slope']:.3f}")
+    if result["true_lc"]:
+        print(f"true learning coefficient: {result['true_lc']['lambda']:.3f}")

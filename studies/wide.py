@@ -1,4 +1,4 @@
-"""What the Wide networks page computes besides the sweep (``studies.sweep`` "reprior"): posterior
+"""What the Wide networks page computes besides the sweep (``studies.reprior``): posterior
 slices through a run's draw in theta and in phi (reference 002, Fig. 5) and the KL study from
 prior draws (section 5, item 6). Headless: the page, the benchmark and the tests call these.
 """

@@ -14,7 +14,7 @@ import landscapes
 from runs.loop import execute
 from runs.spec import parse_spec
 from runs.store import Store
-from studies import funnel, report
+from studies import diagnostics, funnel
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_a_finished_experiment_shows_its_histograms_and_tails(no_workers):
     target = landscapes.make("softplus-funnel", dtype="float64", gradient_noise=1.0)
     for metric, run in runs.items():
         data = store.read(run.id, names=["position"])["position"]
-        kept = data[report.burn_records(run.spec) :].reshape(-1, 2)
+        kept = data[diagnostics.burn_records(run.spec) :].reshape(-1, 2)
         neck = shown[f"{metric}: draws over log p, v against N(0, 80)"]
         bars = next(t for t in neck["data"] if t["type"] == "bar")
         edges = charts.histogram_edges(*funnel.V_RANGE, funnel.V_BINS)
@@ -99,12 +99,12 @@ def test_a_finished_experiment_shows_its_histograms_and_tails(no_workers):
     assert list(table["metric"]) == ["truth", "identity", "identity", "monge", "monge"]
     for metric, run in runs.items():
         data = store.read(run.id, names=["position"])["position"]
-        kept = data[report.burn_records(run.spec) :]
+        kept = data[diagnostics.burn_records(run.spec) :]
         rows = table[table["metric"] == metric]
         ours = rows[rows["source"].str.startswith("Basin")].iloc[0]
         expected = funnel.tails(kept[..., 1], kept[..., 0])
         assert [ours[c] for c in funnel.COLUMNS] == pytest.approx(list(expected.values()))
-        paper = rows[rows["source"] == report.FUNNEL_PAPER].iloc[0]
+        paper = rows[rows["source"] == funnel.PAPER].iloc[0]
         assert [paper[c] for c in funnel.COLUMNS] == pytest.approx(funnel.REFERENCE[metric])
     captions = " ".join(c.value for c in at.caption)
     assert "no metric reaches the neck" in captions and "Gamma" in captions
@@ -112,9 +112,9 @@ def test_a_finished_experiment_shows_its_histograms_and_tails(no_workers):
 
 def test_suspect_tails_are_the_ones_far_from_the_truth():
     basin = [("monge", "Basin", dict(funnel.TRUTH, **{"v min": -30}))]
-    rows, flags = report.funnel_rows(basin, metrics=())
-    assert [r["source"] for r in rows][1:] == ["Basin", report.FUNNEL_PAPER]
+    rows, flags = funnel.table(basin, metrics=())
+    assert [r["source"] for r in rows][1:] == ["Basin", funnel.PAPER]
     assert flags[0] == [] and flags[1] == []  # the truth itself is never suspect
     assert flags[2] == ["P(v<-5)", "P(v<-10)", "KS vs N(0,80)"]  # the paper's monge
-    assert report.funnel_suspect("v min", -15.0) and not report.funnel_suspect("v min", -21.0)
-    assert report.funnel_suspect("KS vs N(0,80)", 0.06) and not report.funnel_suspect("v sd", 8.5)
+    assert funnel.suspect("v min", -15.0) and not funnel.suspect("v min", -21.0)
+    assert funnel.suspect("KS vs N(0,80)", 0.06) and not funnel.suspect("v sd", 8.5)

@@ -13,9 +13,10 @@ import landscapes
 import ui
 from landscapes.formula import normalisable
 from runs import budget
-from runs.spec import estimate, parse_spec
+from runs.budget import estimate
+from runs.spec import parse_spec
 from runs.store import Store
-from studies import report
+from studies import diagnostics
 from ui.widgets import plain
 
 FIX = "Fix the fields marked above first; nothing was queued."
@@ -79,7 +80,7 @@ def test_a_run_over_budget_shows_its_size_and_waits_for_run_anyway(no_workers):
             "sampler": {"name": "mala"},
             "chains": 4096,
             "steps": 100_000,
-            "thin": report.auto_thin(4096, 100_000),
+            "thin": diagnostics.auto_thin(4096, 100_000),
         }
     )
     size = f"~{estimate(spec).store_bytes / 2**20:,.0f} MiB"

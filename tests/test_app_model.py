@@ -18,7 +18,7 @@ from examples import digits_mlp
 from landscapes import ParamError
 from runs.store import Store
 from runs.worker import torch_threads
-from studies import sweep as sweeps
+from studies import checkpoints, registry
 from ui import models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -139,7 +139,7 @@ def test_accept_checkpoint_keeps_weights_only(tmp_path, models_dir):
     assert pathlib.Path(kept).read_bytes() == good
     # the same name with other weights is kept beside it: a stored run may name the first
     other = models.accept_checkpoint(saved(trained_state(3)), "step-00002.pt", factory, tmp_path)
-    assert other != kept and sweeps.checkpoint_step(other) == 2
+    assert other != kept and checkpoints.checkpoint_step(other) == 2
     assert models.accept_checkpoint(good, "step-00002.pt", factory, tmp_path) == kept
     with pytest.raises(ParamError, match=r"cap of 1000 B") as refused:
         models.accept_checkpoint(good, "big.pt", factory, tmp_path, cap=1000)
@@ -261,7 +261,7 @@ def test_llc_over_training_runs_one_llc_per_checkpoint(home, no_workers, models_
         run_queued(home)
     at.run()
     assert not at.exception
-    result = sweeps.results(store, sweep["id"])
+    result = registry.results(store, sweep["id"])
     cells = result["cells"]
     assert [c["step"] for c in cells] == [3, 6] and all(c["llc"] is not None for c in cells)
     figure = figures(at)["LLC over training"]

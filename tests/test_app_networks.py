@@ -17,7 +17,7 @@ import landscapes
 import samplers
 from runs.spec import LLCOptions
 from runs.store import Store
-from studies import sweep as sweeps
+from studies import dln, sweeps
 
 NETWORKS = [n for n, s in landscapes.REGISTRY.items() if s.kind == "network"]
 GRADIENT = [n for n, s in samplers.REGISTRY.items() if s.kind == "sgmcmc"]
@@ -242,7 +242,7 @@ def test_dln_sweep_fills_in_its_plots_and_is_deleted(home):
     wait_for_runs(home, 1)
     at.run()
     assert not errors(at)
-    (metric,) = sweeps.dln_results(store, store.get_sweep(sweep["id"]))["metrics"]
+    (metric,) = dln.results(store, store.get_sweep(sweep["id"]))["metrics"]
     trace = titled(at, "Relative error")["data"][0]
     assert trace["name"] == "sgld" and values(trace["x"]) == [1e-6]
     assert values(trace["y"])[0] == pytest.approx(metric["relative_error_mean"])

@@ -194,7 +194,7 @@ def test_a_run_whose_every_chain_diverged_says_so(home):
 
 
 def test_a_run_of_a_kernel_with_a_known_bias_says_so_instead_of_a_green_completed(home):
-    """RMSProp-SGLD drops the metric's Gamma term (samplers/sgmcmc.py): its run completes, but
+    """RMSProp-SGLD drops the metric's Gamma term (samplers/rmsprop_sgld.py): its run completes, but
     the page warns about the bias rather than reporting a plain success."""
     at = page("playground")
     at.selectbox(key="pg.sampler_name").select("rmsprop-sgld").run()
@@ -259,7 +259,7 @@ def test_compare_runs_each_sampler_on_one_budget(home):
 
 
 def test_views_read_an_even_subsample_of_the_draws_after_burn_in():
-    from studies.report import even_sample
+    from studies.diagnostics import even_sample
 
     rng = np.random.default_rng(0)
     position = rng.normal(size=(1000, 8, 2))
@@ -276,7 +276,7 @@ def test_views_read_an_even_subsample_of_the_draws_after_burn_in():
 
 
 def test_the_ks_bound_counts_no_more_effective_draws_than_the_sample_tested_has():
-    from studies.report import ks_bound
+    from studies.diagnostics import ks_bound
 
     c = math.sqrt(-math.log(0.001 / 2) / 2)  # the Kolmogorov quantile at alpha = 0.001
     # a run with an ESS of 10^6 whose KS distance is taken on an even subsample of 10^5 draws
@@ -287,7 +287,7 @@ def test_the_ks_bound_counts_no_more_effective_draws_than_the_sample_tested_has(
 
 
 def test_runs_keep_at_most_twenty_million_draws_unless_told():
-    from studies.report import auto_thin
+    from studies.diagnostics import auto_thin
 
     assert auto_thin(32, 2000) == 1 and auto_thin(2000, 10_000) == 1  # 2e7 draws: all kept
     assert auto_thin(2001, 10_000) == 2 and auto_thin(4096, 100_000) == 21  # ceil(20.48)
@@ -296,7 +296,7 @@ def test_runs_keep_at_most_twenty_million_draws_unless_told():
 def test_compare_offers_sgrld_s_metrics_and_labels_them_apart(home, monkeypatch):
     """Two runs of one sampler (sgrld in two metrics) are two entries, two histograms, two
     traces and two table rows: keyed by the sampler's name, the second overwrote the first."""
-    from studies import report
+    from studies import compare
 
     monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # the runs are executed here
     at = page("compare")
@@ -333,4 +333,4 @@ def test_compare_offers_sgrld_s_metrics_and_labels_them_apart(home, monkeypatch)
     # two runs sharing a label (two clicks within seconds join one group) stay apart too
     runs = store.list()
     twin = [type("R", (), {"id": r.id, "spec": runs[0].spec}) for r in runs]
-    assert len(set(report.run_labels(twin).values())) == 2
+    assert len(set(compare.run_labels(twin).values())) == 2

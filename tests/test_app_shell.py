@@ -8,7 +8,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from apptest import ROOT, errors
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.runtime.scriptrunner_utils.script_run_context import ScriptRunContext
 from streamlit.testing.v1 import AppTest
 
 import landscapes
@@ -21,6 +24,32 @@ FRONT = [
     *sorted((ROOT / "pages").glob("*.py")),
     *sorted((ROOT / "ui").glob("*.py")),
 ]
+
+
+@pytest.fixture(autouse=True)
+def one_server_process(monkeypatch):
+    """AppTest runs as one server process does. A folder named pages/ beside app.py is
+    Streamlit's legacy multipage discovery (MPA v1), which ``st.navigation`` turns off for the
+    process (the class attribute ``PagesManager.uses_pages_directory``, set False there).
+    AppTest sets it back to "unknown" before every run, so every run after the first built
+    the legacy pages and ran the requested page's file alone, without app.py (no sidebar, no
+    ``ui.keep_values``). Here, once app.py has called st.navigation, it stays off."""
+    navigated = []
+    navigation, init = st.navigation, PagesManager.__init__
+
+    def navigation_seen(*args, **kwargs):
+        navigated.append(True)
+        return navigation(*args, **kwargs)
+
+    def init_in_one_process(self, *args, **kwargs):
+        if navigated:  # AppTest has just set it to None: as the process had it, off
+            PagesManager.uses_pages_directory = False
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(st, "navigation", navigation_seen)
+    monkeypatch.setattr(PagesManager, "__init__", init_in_one_process)
+    yield
+    PagesManager.uses_pages_directory = None  # as AppTest leaves it for the next test
 
 
 def test_the_app_starts_its_worker_pool_and_shows_the_device(home):
@@ -50,6 +79,64 @@ def test_every_page_is_reachable_from_the_navigation(home):
     for page in sorted((ROOT / "pages").glob("*.py")):
         at.switch_page(f"pages/{page.name}").run()
         assert not errors(at), (page.name, errors(at))
+
+
+# The titles app.py gives its pages, in its order: what the navigation must list, and all of it.
+DECLARED = [
+    "Playground",
+    "Compare",
+    "Funnel",
+    "Integrators",
+    "Networks & LLC",
+    "Wide networks",
+    "DLN benchmark",
+    "Landscape",
+    "Runs",
+]
+
+
+def declared_page_files() -> list[str]:
+    """The files of app.py's st.Page(...) calls, read from its source."""
+    tree = ast.parse((ROOT / "app.py").read_text())
+    return [
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "Page"
+    ]
+
+
+def test_the_navigation_lists_the_declared_pages_not_the_folders_files(home, monkeypatch):
+    """A folder named pages/ beside the entry script is Streamlit's legacy multipage discovery
+    (MPA v1: one entry per file, named after it: "app", "dln benchmark", "wide networks").
+    st.navigation turns it off (``PagesManager.uses_pages_directory = False`` in
+    streamlit/commands/navigation.py; the script runner builds the legacy pages only while that
+    flag is set): the navigation the browser keeps, the last one sent, is app.py's, exactly."""
+    sent = []
+    enqueue = ScriptRunContext.enqueue
+
+    def record(self, msg):
+        if msg.HasField("navigation"):
+            sent.append([page.page_name for page in msg.navigation.app_pages])
+        return enqueue(self, msg)
+
+    monkeypatch.setattr(ScriptRunContext, "enqueue", record)
+    # A fresh process's first run builds the legacy list from the folder first (AppTest sets
+    # the flag back to "unknown" before its first run too), then app.py's replaces it.
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not errors(at), errors(at)
+    assert sent and sent[-1] == DECLARED
+    assert PagesManager.uses_pages_directory is False  # the folder is ignored from now on
+    sent.clear()
+    at.switch_page("pages/wide_networks.py").run()  # a later run: app.py's navigation only
+    assert not errors(at), errors(at)
+    assert sent == [DECLARED]
+    legacy = {"app"} | {p.stem.replace("_", " ") for p in (ROOT / "pages").glob("*.py")}
+    assert not legacy & set(sent[-1])  # "wide networks", "dln benchmark": no name of a file
+    # every file of pages/ is declared once: none is reachable only through the discovery
+    declared = declared_page_files()
+    assert sorted(declared) == sorted(f"pages/{p.name}" for p in (ROOT / "pages").glob("*.py"))
 
 
 def test_a_pages_setup_outlives_a_visit_to_another_page(home, monkeypatch):

@@ -10,8 +10,7 @@ import pytest
 from apptest import array, errors, figures, page, run_queued  # `home`: a conftest fixture
 
 from runs.store import Store
-from studies import sweep as sweeps
-from studies import wide
+from studies import registry, wide
 
 FLAG = "**width "  # a study's own verdict lines start so: the runs' result, not a page error
 
@@ -78,7 +77,7 @@ def test_a_small_study_runs_and_the_page_shows_its_numbers(home, no_workers):
     assert not page_errors(at), page_errors(at)
 
     (sweep,) = store.list_sweeps()
-    result = sweeps.results(store, sweep["id"])
+    result = registry.results(store, sweep["id"])
     assert {c["status"] for c in result["cells"]} == {"completed"}
     shown = figures(at)
     for quantity, title in (("f", "f(X_test)"), ("theta", "θ")):
@@ -148,7 +147,7 @@ def test_skipping_mh_is_judged_by_the_papers_acceptance_floor(home, no_workers):
     assert not page_errors(at), page_errors(at)
     (sweep,) = store.list_sweeps()
     red = " ".join(e.value for e in at.error)
-    for c in sweeps.results(store, sweep["id"])["cells"]:
+    for c in registry.results(store, sweep["id"])["cells"]:
         below = c["acceptance"] < 0.98  # the mean acceptance probability, MH skipped
         assert (f"mean acceptance probability {c['acceptance']:.3f}" in red) == below, red
     assert "above 0.97" not in red  # the MH band does not apply

@@ -12,7 +12,7 @@ import charts
 import landscapes
 from runs.store import Store
 from samplers import diagnostics
-from studies import report
+from studies import compare
 from ui import plain
 
 PHI = np.array([0.9, 0.6, 0.0])  # AR(1) coefficients: tau = (1 + phi) / (1 - phi) = 19, 4, 1
@@ -86,13 +86,13 @@ def test_the_directions_are_the_target_s_axes_or_the_pca_of_the_draws():
     true_var, true_vec = true_var[::-1], true_vec[:, ::-1]
     np.testing.assert_allclose(true_var, [9.0, 1.0, 0.09])
 
-    known = report.iat_by_direction(target, {"iid": (position, diverged, 1)}, 100, exact=True)
+    known = compare.iat_by_direction(target, {"iid": (position, diverged, 1)}, 100, exact=True)
     assert known["source"] == "the target's covariance"
     np.testing.assert_allclose(known["variance"], true_var, rtol=1e-12)
     np.testing.assert_allclose(np.abs(known["directions"].T @ true_vec), np.eye(3), atol=1e-12)
     np.testing.assert_allclose(known["iat"]["iid"], 1.0, atol=0.15)
 
-    thinned = report.iat_by_direction(target, {"iid": (position, diverged, 5)}, 100, exact=False)
+    thinned = compare.iat_by_direction(target, {"iid": (position, diverged, 5)}, 100, exact=False)
     assert thinned["source"] == "the runs' own draws (PCA)"
     cosines = np.abs(thinned["directions"].T @ true_vec)  # signs are arbitrary
     np.testing.assert_allclose(cosines, np.eye(3), atol=0.01)
@@ -104,7 +104,7 @@ def test_the_directions_are_the_target_s_axes_or_the_pca_of_the_draws():
     bad[-1, 3] = True
     blown = position.copy()
     blown[:, 3] = 1e300
-    some = report.iat_by_direction(
+    some = compare.iat_by_direction(
         target, {"a": (blown, bad, 1), "b": (position[:3], bad[:3], 1)}, 0, exact=False, k=2
     )
     assert some["directions"].shape == (3, 2) and some["variance"][0] == pytest.approx(9, rel=0.05)
@@ -183,11 +183,11 @@ def test_an_ensemble_s_own_walkers_do_not_split_a_comparison():
         target = {"name": "gaussian", "params": {"dim": 4}}
         return {"target": target, "sampler": {"name": name}, "chains": chains, "steps": steps}
 
-    assert report.same_budget(spec("eqn", 6), spec("baoab", 8))
-    assert not report.same_budget(spec("mala", 6), spec("baoab", 8))  # a budget's chains
-    assert not report.same_budget(spec("eqn", 6), spec("baoab", 8, steps=700))
+    assert compare.same_budget(spec("eqn", 6), spec("baoab", 8))
+    assert not compare.same_budget(spec("mala", 6), spec("baoab", 8))  # a budget's chains
+    assert not compare.same_budget(spec("eqn", 6), spec("baoab", 8, steps=700))
     runs = [
         type("R", (), {"id": str(i), "spec": s, "created": 100.0 + i})
         for i, s in enumerate([spec("baoab", 8), spec("eqn", 6), spec("mala", 16)])
     ]
-    assert [[r.id for r in g] for g in report.comparisons(runs)] == [["0", "1"]]
+    assert [[r.id for r in g] for g in compare.comparisons(runs)] == [["0", "1"]]

@@ -21,7 +21,7 @@ from parallel import parallel_map
 import landscapes
 import samplers
 from samplers import llc
-from studies.sweep import order_preservation
+from studies.dln import order_preservation
 
 PROBLEMS = range(8)
 STEP_SIZES = (3e-9, 1e-8)  # the grid's two best; 3e-8 and 1e-7 were +0.32 and +1.2 (notes)

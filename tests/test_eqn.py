@@ -13,7 +13,7 @@ import torch
 import landscapes
 import samplers
 from samplers import diagnostics
-from samplers.splitting import EQN
+from samplers.eqn import EQN
 
 D = 4
 LAMBDA = np.linspace(1.0, 100.0, D)  # L(w) = (1/d) w^T C w: variance d / (2 lambda) per mode

@@ -241,7 +241,7 @@ def test_cli_writes_the_three_files_and_names_bad_input(runs, tmp_path, capsys, 
 
     home, _, ids = runs
     out = tmp_path / "made" / "here"  # created, parents too
-    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": str(home)}
     args = ["export", ids["slp"], "--format", "tati", "--out", str(out), "--every-nth", "4"]
     done = subprocess.run(
         [sys.executable, "-m", "jobs", *args],

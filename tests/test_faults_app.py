@@ -3,7 +3,6 @@ Markdown, tracebacks in the browser."""
 
 from __future__ import annotations
 
-import calendar
 import os
 import re
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from apptest import ROOT, errors, page, wait_for_runs
 
-from runs import pool
+from runs import liveness, pool
 from runs.spec import parse_spec
 from runs.store import Store
 
@@ -73,32 +72,39 @@ def test_a_pid_file_naming_a_stranger_starts_the_pool_and_spares_the_stranger(ho
     assert stranger.poll() is None
 
 
-def _wall_clock_start(started: str, via_ps: bool) -> float:
-    """Seconds since the epoch, from what ``pool`` records as a process's start."""
-    if via_ps:  # `ps -o lstart=` in UTC: 'Mon Jan  1 00:00:00 2024'
-        return calendar.timegm(time.strptime(started, "%a %b %d %H:%M:%S %Y"))
+def _legacy(pid: int, form: str) -> str:
+    """The start time of ``pid`` as an older Basin wrote it in a pid file: Linux's clock ticks
+    after boot (/proc/PID/stat), or ``ps -o lstart=`` in UTC ('Mon Jan  1 00:00:00 2024')."""
+    ticks = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    if form == "proc":
+        return ticks
     boot = next(
         int(line.split()[1])
         for line in Path("/proc/stat").read_text().splitlines()
         if line.startswith("btime ")
     )
-    return boot + int(started) / os.sysconf("SC_CLK_TCK")
+    seconds = boot + int(ticks) / os.sysconf("SC_CLK_TCK")
+    return time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(seconds))
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
-@pytest.mark.parametrize("via_ps", [False, True], ids=["proc", "ps"])
-def test_a_process_start_time_is_read_from_the_operating_system(via_ps):
-    read = pool._ps_started if via_ps else pool._started
+@pytest.mark.parametrize("form", ["psutil", "proc", "ps"])
+def test_a_process_start_time_is_read_from_the_operating_system(form):
+    if form != "psutil" and not Path("/proc/self/stat").exists():
+        pytest.skip("an older Basin's start times are written from /proc (Linux)")
     before = time.time()
     process = subprocess.Popen(SLEEPER)
     try:
-        started = read(process.pid)
-        assert started is not None and read(process.pid) == started  # stable while it lives
-        assert abs(_wall_clock_start(started, via_ps) - before) < 2.5  # 1 s ticks for ps
+        started = liveness.started(process.pid)
+        assert started is not None
+        assert liveness.started(process.pid) == started  # stable while it lives
+        assert abs(float(started) - before) < 2.5  # seconds since the epoch
+        recorded = started if form == "psutil" else _legacy(process.pid, form)
+        assert liveness.same_start(process.pid, recorded) is True  # an older pid file is read
+        assert liveness.same_start(os.getpid(), recorded) is False  # and names no other process
     finally:
         process.kill()
         process.wait(10)
-    assert read(process.pid) is None  # gone (reaped): nothing to name
+    assert liveness.started(process.pid) is None  # gone (reaped): nothing to name
 
 
 # -- 9. user text is shown as typed, never as Markdown -----------------------------------------

@@ -68,14 +68,15 @@ def test_the_heartbeat_rides_out_a_full_disk_without_a_traceback(tmp_path, monke
 def test_the_disk_check_counts_what_queued_runs_will_write(tmp_path, monkeypatch):
     """Room on the disk for one run: the first is accepted, and a second, while the first is
     still queued, is refused, the space being promised to it."""
-    from runs import spec as specs
-    from runs.spec import SpecError, check_budget, estimate
+    from runs import budget
+    from runs.budget import check_budget, estimate
+    from runs.spec import SpecError
 
     monkeypatch.setenv("BASIN_HOME", str(tmp_path))
     big = parse_spec({**SPEC, "steps": 200_000})
     need = estimate(big).store_bytes
     Store(tmp_path)  # the store exists, empty
-    monkeypatch.setattr(specs, "_disk_free", lambda: (tmp_path, int(1.5 * need)))
+    monkeypatch.setattr(budget, "_disk_free", lambda: (tmp_path, int(1.5 * need)))
     check_budget(big)  # fits on its own
     Store(tmp_path).create(big.model_dump(mode="json"))  # queued, nothing written yet
     try:

@@ -22,7 +22,8 @@ import torch
 import landscapes
 from cli.main import main
 from landscapes import ParamError, registry
-from runs.spec import SpecError, check_budget, estimate, parse_spec
+from runs.budget import check_budget, estimate
+from runs.spec import SpecError, parse_spec
 from runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +63,7 @@ def limited_cli(home: Path, *args: str, env: dict | None = None, timeout: float 
     out = subprocess.run(
         [sys.executable, "-c", CHILD, *args],
         cwd=ROOT,
-        env={**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT), **(env or {})},
+        env={**os.environ, "BASIN_HOME": str(home), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -139,7 +140,7 @@ def test_make_checks_before_it_builds(tmp_path):
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ},
         capture_output=True,
         text=True,
         timeout=60,
@@ -306,7 +307,7 @@ def test_a_bad_splitting_scheme_is_refused_before_a_run_exists(
 
 @pytest.mark.parametrize("slots", ["-1", "0"])
 def test_worker_refuses_fewer_than_one_slot(slots, tmp_path):
-    env = {**os.environ, "BASIN_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": str(tmp_path)}
     out = subprocess.run(
         [sys.executable, "-m", "jobs", "worker", "--slots", slots, "--once"],
         cwd=ROOT,

@@ -14,7 +14,8 @@ import pytest
 from test_jobs import cli
 
 from runs.spec import parse_spec
-from runs.store import CorruptRecords, DamagedStore, Store
+from runs.store import DamagedStore, Store
+from runs.store_db import CorruptRecords
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAINS, DIM = 3, 4

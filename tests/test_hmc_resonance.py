@@ -14,7 +14,7 @@ import torch
 
 import samplers
 from landscapes.potentials import Gaussian
-from samplers.mcmc import HMC
+from samplers.hmc import HMC
 
 CHAINS, ITERATIONS, EPS, STEPS = 512, 250, 0.25, 8
 STDS = tuple(20 ** (-i / 4) for i in range(3))  # variances 1, 20^-1/2, 1/20: condition 20

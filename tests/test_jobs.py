@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": str(home)}
     return subprocess.run(
         [sys.executable, "-m", "jobs", *args],
         cwd=ROOT,
@@ -33,7 +33,7 @@ def cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedPro
 
 
 def worker(home: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": str(home)}
     return subprocess.Popen([sys.executable, "-m", "jobs", "worker", *args], cwd=ROOT, env=env)
 
 
@@ -312,7 +312,7 @@ def test_diagnosed_chains(chains, draws, diagnosed):
 
 
 def clear_built():
-    from runs.spec import _built_kernel, _built_target
+    from runs.build import _built_kernel, _built_target
 
     _built_target.cache_clear()
     _built_kernel.cache_clear()
@@ -419,6 +419,7 @@ def test_progress_is_reported_twice_a_second_however_often_records_flush(tmp_pat
     """Flushes at every block report progress at the first block, every FLUSH_SECONDS and at the
     end, not at each flush (a SQLite commit each); a spec's own flush_every reports at each."""
     from runs import loop as run
+    from runs.pace import FLUSH_SECONDS
 
     reports = []
     set_progress = Store.set_progress
@@ -434,7 +435,7 @@ def test_progress_is_reported_twice_a_second_however_often_records_flush(tmp_pat
     in_process(tmp_path / "a", "mala", {"step_size": 0.1}, **spec)
     seconds = time.perf_counter() - start
     assert reports[0] == 1 and reports[-1] == 1400
-    assert len(reports) <= 2 + seconds / run.FLUSH_SECONDS + 1 < len(list(run.plan(1400, 256)))
+    assert len(reports) <= 2 + seconds / FLUSH_SECONDS + 1 < len(list(run.plan(1400, 256)))
     reports.clear()
     in_process(tmp_path / "b", "mala", {"step_size": 0.1}, **spec, flush_every=200)
     assert reports[:-1] == list(range(200, 1401, 200))
@@ -662,12 +663,12 @@ def test_the_summarys_draws_hold_only_their_own_bytes(tmp_path, monkeypatch):
 def test_a_supervisor_owned_by_an_app_stops_with_it_and_its_run_ends_interrupted(tmp_path):
     """What the app's pool does (``ensure_supervisor(owned=True)``): the supervisor watches the
     process that started it and, once that is gone, stops its workers as on Ctrl-C."""
-    from runs.pool import _started
+    from runs.liveness import started
 
     home = tmp_path
     run_id = cli(home, "submit", *LONG, "--chains", "8", "--steps", "2000000").stdout.strip()
     app = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    owner = f"{app.pid}:{_started(app.pid)}"
+    owner = f"{app.pid}:{started(app.pid)}"
     supervisor = worker(home, "--owner", owner)
     store = Store(home)
     try:

@@ -19,7 +19,7 @@ from scipy import linalg, stats
 
 import landscapes
 import samplers
-from samplers.mcmc import log_q
+from samplers.integrators import log_q
 
 # The tests' device: the CPU, as CI has it; BASIN_TEST_DEVICE=cuda runs the same tests on a GPU.
 DEVICE = os.environ.get("BASIN_TEST_DEVICE", "cpu")
@@ -334,8 +334,8 @@ def preconditioned_runs() -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", PRECONDITIONED, ids=lambda c: f"{c[0]}-{c[1]:g}")
 def test_preconditioned_kernels_keep_their_documented_bias(case, preconditioned_runs):
-    """RMSProp- and Adam-SGLD drop the metric's divergence term (samplers/sgmcmc.py), so on the
-    quadratic they miss 1.4988 by a bias that grows as the step shrinks. ``measured`` is the
+    """RMSProp- and Adam-SGLD drop the metric's divergence term (samplers/rmsprop_sgld.py), so on
+    the quadratic they miss 1.4988 by a bias that grows as the step shrinks. ``measured`` is the
     review's figure (issue 37, +- 0.007-0.013); the bias must stay within 15% of it, so that a
     change to these kernels (or a fix of the bias) is seen, not silently absorbed."""
     name, eps, measured = case

@@ -13,7 +13,7 @@ from test_jobs import cli
 import landscapes
 from runs.spec import parse_spec
 from runs.store import Store
-from studies.sweep import _curve
+from studies.sweeps import llc_curve
 
 
 def run_json(home, *args: str) -> dict:
@@ -74,7 +74,7 @@ def test_cli_llc_trains_w0_records_it_and_streams_live_signals(tmp_path):
     # The calibration grid's curve, from the records (every step here), ends at the estimate:
     # a minibatch step pairs its loss with w0's on the same batch, the curve too.
     spec = parse_spec(store.get(run_id).spec)
-    curve = _curve(store, run_id, spec, est)
+    curve = llc_curve(store, run_id, spec, est)
     assert curve["llc"][-1] == pytest.approx(est["mean"], rel=1e-6)
 
 
@@ -166,7 +166,7 @@ def test_sweep_refuses_a_class_over_the_memory_budget(tmp_path, monkeypatch):
 
 
 def test_order_preservation_counts_pairs():
-    from studies.sweep import order_preservation
+    from studies.dln import order_preservation
 
     true = np.array([1.0, 2.0, 3.0, 4.0])
     assert order_preservation(true, np.array([1.1, 2.5, 2.4, 5.0])) == pytest.approx(5 / 6)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import landscapes
-from landscapes import networks
+from landscapes import dln
 from landscapes.data import DATASETS
 from landscapes.truths import dln_llc
 
@@ -341,7 +341,7 @@ def test_neighbouring_seeds_use_independent_streams(name):
 
 @pytest.mark.parametrize("widths", [(200, 300), (200, 300, 50)])
 def test_xavier_variance(widths):
-    layers = networks.xavier_layers(widths, torch.Generator().manual_seed(0))
+    layers = dln.xavier_layers(widths, torch.Generator().manual_seed(0))
     assert len(layers) == len(widths) - 1
     for l, weight in enumerate(layers):
         assert weight.shape == (widths[l + 1], widths[l]) and weight.dtype == torch.float64
@@ -360,7 +360,7 @@ def test_reduce_rank_zeroes_rows_or_columns():
         weight = torch.randn(6, 8, generator=g, dtype=torch.float64)
         original = weight.clone()
         for keep in range(7):
-            out = networks.reduce_rank(weight, keep, g)
+            out = dln.reduce_rank(weight, keep, g)
             assert torch.equal(weight, original)  # the input is not modified
             zero_rows = int((out == 0).all(1).sum())
             zero_cols = int((out == 0).all(0).sum())
@@ -379,7 +379,7 @@ def test_tiny_size_class_depths_and_widths():
     g = torch.Generator().manual_seed(0)
     depths, all_widths = [], []
     for _ in range(300):
-        widths, layers = networks.dln_truth(None, None, "tiny", g)
+        widths, layers = dln.dln_truth(None, None, "tiny", g)
         depths.append(len(widths) - 1)
         all_widths += widths
         assert [tuple(t.shape) for t in layers] == [
@@ -404,7 +404,7 @@ def test_tiny_size_class_depths_and_widths():
 def test_small_size_class_ranges():
     # small: M in [2, 5], H in [5, 20] (reference 000, section 7), inclusive, every value drawn.
     g = torch.Generator().manual_seed(1)
-    draws = [networks.dln_truth(None, None, "small", g)[0] for _ in range(400)]
+    draws = [dln.dln_truth(None, None, "small", g)[0] for _ in range(400)]
     assert {len(w) - 1 for w in draws} == {2, 3, 4, 5}
     assert {h for w in draws for h in w} == set(range(5, 21))
 
@@ -415,7 +415,7 @@ def test_rank_reduction_happens_with_probability_one_half():
     ratio_sum = ratio_mean = ratio_var = 0.0
     layers_seen = 0
     while layers_seen < 3000:
-        _, layers = networks.dln_truth(None, None, "tiny", g)
+        _, layers = dln.dln_truth(None, None, "tiny", g)
         for weight in layers:
             m = min(weight.shape)
             rank = int(torch.linalg.matrix_rank(weight))

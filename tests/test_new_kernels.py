@@ -21,8 +21,8 @@ from scipy import stats
 import landscapes
 import samplers
 from samplers.diagnostics import ks_bound
-from samplers.ensemble import stein_direction
 from samplers.nuts import MAX_DELTA_H
+from samplers.svgd import stein_direction
 
 DEVICE = os.environ.get("BASIN_TEST_DEVICE", "cpu")
 C = 2000

@@ -46,7 +46,6 @@ def test_a_run_without_a_compiler_completes_uncompiled(tmp_path):
         "CXX": MISSING,
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),  # no compiled chunk either
         "BASIN_HOME": str(tmp_path / "store"),
-        "PYTHONPATH": str(ROOT),
     }
     probe = "from samplers import compiled; print(compiled.compile_problem('cpu'))"
     out = subprocess.run(

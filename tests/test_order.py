@@ -25,7 +25,7 @@ import landscapes
 from runs.loop import execute
 from runs.spec import parse_spec
 from runs.store import Store
-from studies import sweep
+from studies import order
 
 SCHEMES = {"gla1": "BAO", "gla2": "BOBA", "baoab": "BAOAB"}
 
@@ -86,7 +86,7 @@ def run_study(
     (sampler, h) -> thermo summary."""
     jobs, keys = [], []
     for i, (sampler, h) in enumerate(cells):
-        _, (cell,) = sweep.order_specs(
+        _, (cell,) = order.specs(
             samplers=(sampler,), step_sizes=(h,), observable=observable, **settings
         )
         jobs.append((str(tmp_path / f"cell{i}"), cell[1].model_dump(mode="json")))
@@ -143,17 +143,17 @@ def test_virial_theorem_on_a_confining_non_gaussian_potential(tmp_path):
 
 def test_fit_order_recovers_a_power_law_and_ignores_the_noise_floor():
     h = np.array([0.25, 0.125, 0.0625, 0.03125])
-    fit = sweep.fit_order(h, 0.3 * h**2, np.full(4, 1e-6))
+    fit = order.fit_order(h, 0.3 * h**2, np.full(4, 1e-6))
     assert fit["slope"] == pytest.approx(2.0, abs=1e-9)
     assert fit["points"] == 4
     # an error within 2 SE of zero says nothing about the order: left out
-    fit = sweep.fit_order(h, [0.3 * 0.25, 0.3 * 0.125, 1e-7, -1e-7], [1e-4] * 4)
+    fit = order.fit_order(h, [0.3 * 0.25, 0.3 * 0.125, 1e-7, -1e-7], [1e-4] * 4)
     assert fit["points"] == 2 and fit["slope"] == pytest.approx(1.0)
-    assert sweep.fit_order(h, [1e-7] * 4, [1e-4] * 4) is None
+    assert order.fit_order(h, [1e-7] * 4, [1e-4] * 4) is None
 
 
 def test_order_specs_map_tati_units_and_refuse_what_has_no_answer():
-    _, cells = sweep.order_specs(
+    _, cells = order.specs(
         target="slp", target_params={"dataset": "two-clusters"}, step_sizes=(0.01,), beta=10.0
     )
     params = {c["sampler"]: s.sampler.params for c, s in cells}
@@ -162,11 +162,11 @@ def test_order_specs_map_tati_units_and_refuse_what_has_no_answer():
     assert params["sgld"]["step_size"] == pytest.approx(0.002)  # 2 h / beta
     assert params["sgld"]["nbeta"] == 5000  # beta n
     with pytest.raises(Exception, match="sgld has no momentum"):
-        sweep.order_specs(observable="kinetic")
+        order.specs(observable="kinetic")
     with pytest.raises(Exception, match="samplers"):
-        sweep.order_specs(samplers=("hmc",))
+        order.specs(samplers=("hmc",))
     with pytest.raises(Exception, match="beta"):
-        sweep.order_specs(beta=0.0)
+        order.specs(beta=0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,9 +215,9 @@ def test_integrator_orders_on_the_harmonic_oscillator(tmp_path):
             )
             errors.append(value["error"])
             ses.append(value["error_se"])
-        fit = sweep.fit_order(hs, errors, ses)
+        fit = order.fit_order(hs, errors, ses)
         assert fit is not None and fit["points"] == len(hs), (sampler, fit)
-        assert abs(fit["slope"] - sweep.EXPECTED_ORDER[sampler]) < 0.4, (sampler, fit)
+        assert abs(fit["slope"] - order.EXPECTED_ORDER[sampler]) < 0.4, (sampler, fit)
 
 
 def test_two_clusters_cells_match_their_exact_errors(tmp_path):

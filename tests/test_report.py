@@ -1,6 +1,6 @@
-"""studies.report, the headless numbers the pages draw, against values computed here: runs whose
-records this file writes through the Store (known numpy draws, no sampler), ESS and R-hat by
-ArviZ, KS by scipy, the funnel's closed forms; and
+"""studies.diagnostics (and the calibration's live curve), the headless numbers the pages draw,
+against values computed here: runs whose records this file writes through the Store (known numpy
+draws, no sampler), ESS and R-hat by ArviZ, KS by scipy, the funnel's closed forms; and
 ``python -m jobs show ID --diagnostics``, which prints the same table."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import landscapes
 from charts.llc import chain_stats
 from runs.spec import parse_spec
 from runs.store import Store
-from studies import report
+from studies import calibrate, diagnostics
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS, CHAINS, BURN_IN = 400, 4, 100
@@ -79,13 +79,13 @@ def funnel_run(home, sampler_params=None, status="completed", seed=0):
 
 def exact_funnel() -> np.ndarray:
     target = landscapes.make("funnel", device="cpu", dtype="float64", dim=2)
-    g = torch.Generator().manual_seed(report.EXACT_SEED)
-    return target.exact_sample(g, report.EXACT_DRAWS).numpy()
+    g = torch.Generator().manual_seed(diagnostics.EXACT_SEED)
+    return target.exact_sample(g, diagnostics.EXACT_DRAWS).numpy()
 
 
 def test_the_diagnostics_table_holds_the_numbers_computed_here(tmp_path):
     store, run_id, draws, accepted = funnel_run(tmp_path)
-    table = report.diagnostics_table(store, run_id)
+    table = diagnostics.diagnostics_table(store, run_id)
     rows = table["rows"]
     assert [r["coordinate"] for r in rows] == ["x", "v"]
     kept = draws[BURN_IN:, :3]  # chain 3 diverged: left out throughout
@@ -102,7 +102,7 @@ def test_the_diagnostics_table_holds_the_numbers_computed_here(tmp_path):
         assert row["KS distance"] == pytest.approx(ks, abs=1e-12)
         ess = summary["ess_bulk"][i]
         bound = ALPHA * math.sqrt((min(ess, x.size) + len(exact)) / (min(ess, x.size) * len(exact)))
-        assert row[report.KS_COLUMN] == pytest.approx(bound, rel=1e-12)
+        assert row[diagnostics.KS_COLUMN] == pytest.approx(bound, rel=1e-12)
         assert row["ESS bulk"] == pytest.approx(az.ess(chains[..., i], method="bulk"))
         assert row["R-hat"] == pytest.approx(az.rhat(chains[..., i], method="rank"))
         assert row["ESS tail"] == pytest.approx(az.ess(chains[..., i], method="tail"), rel=1e-9)
@@ -120,17 +120,18 @@ def test_the_diagnostics_table_holds_the_numbers_computed_here(tmp_path):
 
 def test_a_running_run_has_live_numbers_and_no_ess_yet(tmp_path):
     store, run_id, _, accepted = funnel_run(tmp_path, status="running")
-    table = report.diagnostics_table(store, run_id)
+    table = diagnostics.diagnostics_table(store, run_id)
     assert table["metrics"]["acceptance"] == pytest.approx(accepted[BURN_IN:, :3].mean())
     assert table["metrics"]["seconds"] is None
     for row in table["rows"]:
-        assert row["ESS bulk"] is row["ESS tail"] is row["R-hat"] is row[report.KS_COLUMN] is None
+        ks_bound = row[diagnostics.KS_COLUMN]
+        assert row["ESS bulk"] is row["ESS tail"] is row["R-hat"] is ks_bound is None
         assert row["KS distance"] is not None and row["mean"] is not None
 
 
 def test_a_run_of_another_density_is_not_compared_with_the_exact_one(tmp_path):
     store, run_id, _, _ = funnel_run(tmp_path, sampler_params={"nbeta": 2.0})
-    for row in report.diagnostics_table(store, run_id)["rows"]:
+    for row in diagnostics.diagnostics_table(store, run_id)["rows"]:
         for column in ("exact mean", "exact sd", "exact P(< t)", "KS distance"):
             assert row[column] is None, column
         assert row["ESS bulk"] is not None
@@ -138,10 +139,10 @@ def test_a_run_of_another_density_is_not_compared_with_the_exact_one(tmp_path):
 
 def test_the_density_grid_is_the_closed_form():
     target = landscapes.make("gaussian", device="cpu", dtype="float64", dim=2, scales=[1.0, 2.0])
-    grid = report.density_grid(target, nbeta=2.0, temperature=0.5)
+    grid = diagnostics.density_grid(target, nbeta=2.0, temperature=0.5)
     (x0, x1), (y0, y1) = target.bounds
-    np.testing.assert_allclose(grid["xs"], np.linspace(x0, x1, report.GRID))
-    np.testing.assert_allclose(grid["ys"], np.linspace(y0, y1, report.GRID))
+    np.testing.assert_allclose(grid["xs"], np.linspace(x0, x1, diagnostics.GRID))
+    np.testing.assert_allclose(grid["ys"], np.linspace(y0, y1, diagnostics.GRID))
     yy, xx = np.meshgrid(grid["ys"], grid["xs"], indexing="ij")
     energy = 0.5 * (xx**2 + yy**2 / 4)  # U = w^T cov^-1 w / 2
     np.testing.assert_allclose(grid["log_density"], -2.0 * energy / 0.5, rtol=1e-12, atol=1e-12)
@@ -151,20 +152,20 @@ def test_exact_tails_and_moments_of_a_gaussian():
     target = landscapes.make("gaussian", device="cpu", dtype="float64", dim=2, scales=[1.0, 2.0])
     for i, sd in enumerate([1.0, 2.0]):
         for t in (-1.5, 0.0, 0.7):
-            p = report.exact_tail(target, None, i, t)
+            p = diagnostics.exact_tail(target, None, i, t)
             assert p == pytest.approx(scipy.stats.norm.cdf(t, scale=sd), abs=1e-8)
-        assert report.exact_moments(target, None, i) == pytest.approx((0.0, sd))
+        assert diagnostics.exact_moments(target, None, i) == pytest.approx((0.0, sd))
     funnel = landscapes.make("funnel", device="cpu", dtype="float64", dim=2)
     assert 0 not in funnel.marginals  # x: from exact draws
     draws = np.random.default_rng(1).normal(size=(5000, 2))
-    assert report.exact_tail(funnel, draws, 0, 0.3) == np.mean(draws[:, 0] < 0.3)
-    assert report.exact_tail(funnel, None, 0, 0.3) is None
+    assert diagnostics.exact_tail(funnel, draws, 0, 0.3) == np.mean(draws[:, 0] < 0.3)
+    assert diagnostics.exact_tail(funnel, None, 0, 0.3) is None
 
 
 def test_the_live_calibration_curve_is_the_charts_mean_over_finite_chains():
     x = np.random.default_rng(3).normal(size=(7, 4))
     x[1, 2], x[2, :], x[3, 0] = np.nan, np.nan, np.inf
-    np.testing.assert_array_equal(report._finite_mean(x), chain_stats(x)[0])
+    np.testing.assert_array_equal(calibrate.finite_mean(x), chain_stats(x)[0])
 
 
 # -- the CLI: python -m jobs show ID --diagnostics -----------------------------------------------
@@ -179,7 +180,7 @@ def main(home, monkeypatch, *argv: str) -> int:
 
 def test_show_diagnostics_prints_the_playgrounds_table(tmp_path, monkeypatch, capsys):
     store, run_id, _, _ = funnel_run(tmp_path)
-    table = report.diagnostics_table(store, run_id)
+    table = diagnostics.diagnostics_table(store, run_id)
     assert main(tmp_path, monkeypatch, "show", run_id, "--json") == 0
     plain = json.loads(capsys.readouterr().out)
     assert "diagnostics" not in plain  # the scripted output is as it was without the flag
@@ -206,6 +207,7 @@ def test_show_diagnostics_of_a_run_without_records_names_it(tmp_path, monkeypatc
 
 
 def test_the_headless_module_never_imports_streamlit():
-    code = "import sys, studies.report, cli.main; sys.exit('streamlit' in sys.modules)"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    modules = "studies.diagnostics, studies.compare, studies.registry, cli.main"
+    code = f"import sys, {modules}; sys.exit('streamlit' in sys.modules)"
+    env = {**os.environ}
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env).returncode == 0

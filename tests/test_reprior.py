@@ -24,7 +24,7 @@ from runs.spec import SpecError, parse_spec
 from runs.store import Store
 from runs.worker import torch_threads
 from samplers.diagnostics import ess_per_step
-from studies import sweep
+from studies import reprior
 from studies.wide import kl_table
 
 
@@ -307,7 +307,7 @@ def test_ess_study_repriorisation_mixes_faster_and_more_so_when_wider():
     """n = 16, widths 8 and 128, 1000 warm-up + 3000 steps, thinning 1, MH on, 2 chains (the
     reference's 2 seeds) from the same start in both parametrisations. The reference measured
     f-ESS ratios 3.8 / 2.7 at width 8 and 16 / 22 at 128, steps .023 -> .065 and .025 -> .28."""
-    _, cells = sweep.reprior_specs(widths=(8, 128), device="cpu")
+    _, cells = reprior.specs(widths=(8, 128), device="cpu")
     results = parallel_map(ess_cell, [spec.model_dump_json() for _, spec in cells])
     got = {(c["width"], c["parametrisation"]): r for (c, _), r in zip(cells, results, strict=True)}
     ratio = {w: got[w, "reprior"]["f"] / got[w, "standard"]["f"] for w in (8, 128)}
@@ -354,12 +354,12 @@ def test_study_flags_name_the_cells_outside_the_band_and_the_widths_without_a_ga
     cells = [cell(8, "standard", 0.79), cell(8, "reprior", 0.9), cell(32, "standard", 0.99),
              cell(32, "reprior", 0.5, status="running")]  # fmt: skip
     ratios = [{"width": 8, "f": 0.9, "theta": 1.2}, {"width": 32, "f": 0.5, "theta": 0.5}]
-    flags = sweep.reprior_flags(cells, ratios, mh=True)
+    flags = reprior.flags(cells, ratios, mh=True)
     assert [(f["level"], f["where"]) for f in flags] == [
         ("fail", "width 8, standard"),  # 0.79 < 0.8
         ("fail", "width 32, standard"),  # 0.99 > 0.97; the running cell is not judged yet
         ("warn", "width 8"),  # f x0.9; width 32's pair has not finished
     ]
-    skipped = sweep.reprior_flags([cell(8, "reprior", 0.975)], [], mh=False)
+    skipped = reprior.flags([cell(8, "reprior", 0.975)], [], mh=False)
     assert skipped[0]["level"] == "fail" and "0.98" in skipped[0]["message"]
-    assert sweep.reprior_flags([cell(8, "reprior", 0.985)], [], mh=False) == []
+    assert reprior.flags([cell(8, "reprior", 0.985)], [], mh=False) == []

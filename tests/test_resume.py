@@ -27,7 +27,7 @@ def test_a_killed_run_resumed_records_what_an_uninterrupted_run_records(tmp_path
     assert whole.returncode == 0, whole.stderr
     whole_id = json.loads(whole.stdout)["run_id"]
 
-    env = {**os.environ, "BASIN_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobs", "run", *SPEC],
         cwd=ROOT,

@@ -135,6 +135,15 @@ def test_monge_at_alpha2_zero_is_sgld_bit_for_bit():
     assert torch.equal(monge, identity)
 
 
+def test_shampoo_on_a_network_without_matrices_is_the_identity_metric():
+    """A network whose parameters are all vectors (tanh: a, b) has no Kronecker factors, and
+    shampoo leaves vectors unpreconditioned: the identity metric (it crashed before)."""
+    net = landscapes.make("tanh", n=200, device="cpu")
+    shampoo = trajectory("sgrld", net, 20, metric="shampoo", batch_size=16, step_size=1e-4)
+    identity = trajectory("sgrld", net, 20, metric="identity", batch_size=16, step_size=1e-4)
+    assert torch.equal(shampoo, identity)
+
+
 def test_shampoo_on_a_vector_is_full_matrix_rmsprop():
     target = landscapes.make(
         "gaussian", dim=3, scales=(0.5, 1.0, 2.0), rotate=True, seed=1, device="cpu",

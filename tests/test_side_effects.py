@@ -19,7 +19,8 @@ PACKAGES = [
     "runs.store",
     "runs.worker",
     "runs.pool",
-    "studies.report",
+    "studies.diagnostics",
+    "studies.registry",
     "cli.main",
     "charts",
 ]
@@ -65,7 +66,7 @@ def test_importing_every_package_changes_nothing_outside_basin(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
@@ -92,7 +93,6 @@ def test_python_m_jobs_does_not_restart_itself_or_write_the_environment(tmp_path
         env={
             "PATH": "/usr/bin:/bin",
             "HOME": str(tmp_path),
-            "PYTHONPATH": str(ROOT),
             "BASIN_HOME": str(tmp_path / "store"),
         },
     )

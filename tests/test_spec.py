@@ -10,15 +10,9 @@ import torch
 
 import landscapes
 import samplers
-from runs.spec import (
-    Estimate,
-    RunSpec,
-    SpecError,
-    build,
-    check_budget,
-    estimate,
-    parse_spec,
-)
+from runs.budget import Estimate, check_budget, estimate
+from runs.build import build
+from runs.spec import RunSpec, SpecError, parse_spec
 
 BASE = {"target": {"name": "banana"}, "sampler": {"name": "mala"}}
 

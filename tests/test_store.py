@@ -11,7 +11,8 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from runs.store import STATUSES, CorruptRecords, RunRecord, Store, StoreError
+from runs.store import STATUSES, RunRecord, Store, StoreError
+from runs.store_db import CorruptRecords
 
 CHAINS, DIM = 3, 4
 
@@ -350,7 +351,7 @@ def test_delete(tmp_path):
 
 
 def test_a_sweep_counts_its_deleted_runs_as_done(tmp_path):
-    from studies import sweep as sweeps
+    from studies import sweeps
 
     store = Store(tmp_path)
     ids = [store.create({"i": i}) for i in range(3)]

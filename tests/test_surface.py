@@ -14,6 +14,7 @@ from test_jobs import cli
 import landscapes
 from cli.main import main
 from landscapes import ParamError, Target
+from landscapes import directions as D
 from landscapes import surface as S
 from runs.loop import execute
 from runs.spec import parse_spec
@@ -95,7 +96,7 @@ def test_the_mlp_plane_loss_equals_a_forward_pass_at_every_point(
     """MLP.plane_loss shares the first layer's pre-activations across the plane and a row's
     pre(theta) + a pre(v0) across its points; each value must equal the loss of an ordinary
     float64 forward pass at the point itself (``target.loss``), also across data chunks."""
-    import landscapes.networks as N
+    import landscapes.mlp as N
 
     exact = landscapes.make(
         "mlp", dataset=dataset, hidden_sizes=hidden, activation=activation, dtype="float64"
@@ -142,7 +143,7 @@ def test_the_mlp_plane_loss_keeps_overflow_and_nan_non_finite(activation, dtype)
 
 
 def test_equal_runs_cuts_rows_into_the_fewest_equal_parts():
-    from landscapes.networks import equal_runs
+    from landscapes.mlp import equal_runs
 
     assert equal_runs([1.0] * 41, 33) == [(0, 20), (20, 41)]
     assert equal_runs([1.0] * 41, 41) == [(0, 41)]
@@ -256,7 +257,7 @@ def test_hessian_eigenvectors_of_a_quadratic_match_numpy_eigh(method):
     rng = np.random.default_rng(8)
     q = np.linalg.qr(rng.standard_normal((40, 40)))[0]
     a = q @ np.diag(np.linspace(-2.0, 10.0, 40)) @ q.T
-    values, vectors = S.hessian_eigen(Quadratic(a), rng.standard_normal(40), k=3, method=method)
+    values, vectors = D.hessian_eigen(Quadratic(a), rng.standard_normal(40), k=3, method=method)
     want_values, want_vectors = np.linalg.eigh(a)
     np.testing.assert_allclose(values, want_values[::-1][:3], rtol=1e-8)
     overlaps = np.abs(np.sum(vectors * want_vectors[:, ::-1][:, :3].T, axis=1))
@@ -270,7 +271,7 @@ def test_hessian_vector_products_of_a_network_match_torch_autograd():
     theta = target.initial(torch.Generator().manual_seed(1), 1)[0]
     hessian = torch.autograd.functional.hessian(lambda w: target.loss(w[None])[0], theta)
     v = torch.randn(4, target.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    torch.testing.assert_close(S.hvp(target, theta, v), v @ hessian.T, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(D.hvp(target, theta, v), v @ hessian.T, rtol=1e-10, atol=1e-12)
 
 
 def banana_run(home, **spec) -> str:

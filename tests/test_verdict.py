@@ -16,8 +16,9 @@ import torch
 
 import landscapes
 from cli.main import main
+from runs.budget import check_budget
 from runs.loop import execute
-from runs.spec import SpecError, check_budget, parse_spec
+from runs.spec import SpecError, parse_spec
 from runs.store import Store
 from runs.verdict import headline, judge
 

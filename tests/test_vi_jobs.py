@@ -23,13 +23,13 @@ from test_jobs import cli
 import landscapes
 from charts.table import run_row
 from cli.main import main as cli_main
-from runs import vi as jvi
 from runs.loop import execute
 from runs.spec import RunSpec, SpecError, VIOptions, parse_spec
 from runs.store import Store
+from runs.verdict import judge_fit
 from runs.worker import torch_threads
 from samplers import vi
-from studies import report
+from studies import diagnostics, vi_scan
 
 ROOT = Path(__file__).resolve().parents[1]
 F64 = torch.float64
@@ -557,11 +557,11 @@ def test_a_vi_run_is_no_playground_run():
     crossing = {"name": "normal-crossing", "params": {"k": [1, 2]}}
     fit = parse_spec({"kind": "vi", "target": crossing}).model_dump(mode="json")
     sampled = parse_spec({"target": crossing, "sampler": {"name": "mala"}}).model_dump(mode="json")
-    assert report.is_playground_run(sampled)  # the same 2-D potential under a sampler is one
-    assert not report.is_playground_run(fit)
-    assert not report.is_sampling(fit) and report.is_sampling(sampled)
+    assert diagnostics.is_playground_run(sampled)  # the same 2-D potential under a sampler is one
+    assert not diagnostics.is_playground_run(fit)
+    assert not diagnostics.is_sampling(fit) and diagnostics.is_sampling(sampled)
     legacy = {k: v for k, v in sampled.items() if k not in ("kind", "vi")}  # stored before vi
-    assert report.is_sampling(legacy) and report.is_playground_run(legacy)
+    assert diagnostics.is_sampling(legacy) and diagnostics.is_playground_run(legacy)
 
 
 # -- 8. fit_slope ------------------------------------------------------------------------------
@@ -569,13 +569,13 @@ def test_a_vi_run_is_no_playground_run():
 
 def test_fit_slope_is_exact_on_a_line_and_its_se_is_the_textbook_one():
     ns = [100, 300, 1000, 3000, 10_000]
-    exact = jvi.fit_slope(ns, [-(0.7 * math.log(n) + 3) for n in ns])
+    exact = vi_scan.fit_slope(ns, [-(0.7 * math.log(n) + 3) for n in ns])
     assert exact["slope"] == pytest.approx(0.7, rel=1e-12)
     assert exact["intercept"] == pytest.approx(3.0, rel=1e-12)
     assert exact["slope_se"] < 1e-12 and exact["points"] == 5
     noise = np.random.default_rng(4).normal(0, 0.3, len(ns))
     psi = [-(0.7 * math.log(n) + 3) + e for n, e in zip(ns, noise, strict=True)]
-    fit = jvi.fit_slope(ns, psi)
+    fit = vi_scan.fit_slope(ns, psi)
     slope, intercept, se = _ols(np.log(ns), -np.array(psi))
     ref = stats.linregress(np.log(ns), -np.array(psi))
     assert fit["slope"] == pytest.approx(slope, rel=1e-12) == pytest.approx(ref.slope, rel=1e-12)
@@ -584,13 +584,13 @@ def test_fit_slope_is_exact_on_a_line_and_its_se_is_the_textbook_one():
     assert fit["slope_se"] == pytest.approx(ref.stderr, rel=1e-10)
     assert fit["slope_se"] > 0.01  # noisy points: a real error bar
     # unfinished or diverged points (None, NaN) are left out
-    partial = jvi.fit_slope([*ns, 20_000, 50_000], [*psi, None, math.nan])
+    partial = vi_scan.fit_slope([*ns, 20_000, 50_000], [*psi, None, math.nan])
     assert partial == fit
-    two = jvi.fit_slope(ns[:2], psi[:2])
+    two = vi_scan.fit_slope(ns[:2], psi[:2])
     assert two["slope_se"] is None and two["points"] == 2
     assert two["slope"] == pytest.approx((-psi[1] + psi[0]) / math.log(ns[1] / ns[0]), rel=1e-12)
-    assert jvi.fit_slope([1000], [-5.0]) is None
-    assert jvi.fit_slope([1000, 2000], [-5.0, None]) is None
+    assert vi_scan.fit_slope([1000], [-5.0]) is None
+    assert vi_scan.fit_slope([1000, 2000], [-5.0, None]) is None
 
 
 # -- 9. judge ----------------------------------------------------------------------------------
@@ -619,10 +619,10 @@ def _converged(epochs, seed, start=-15.0, gain=5.0, sd=0.05):
 
 def test_judge_flags_a_curve_still_rising_at_its_end():
     done = _converged(100, 0)
-    assert jvi.judge(_summary(), done.tolist()) == {"status": "good", "signals": []}
+    assert judge_fit(_summary(), done.tolist()) == {"status": "good", "signals": []}
     rising = done.copy()
     rising[80:] += 0.05 * np.arange(1, 21)  # a linear rise over the last 20%
-    verdict = jvi.judge(_summary(), rising.tolist())
+    verdict = judge_fit(_summary(), rising.tolist())
     assert verdict["status"] == "warn" and _codes(verdict) == ["not_converged"]
     # the signal's value: the last 10 epochs' mean minus the 10 before
     want = rising[90:].mean() - rising[80:90].mean()
@@ -634,41 +634,41 @@ def test_judge_calls_a_flat_noisy_curve_good():
     # a fit that starts at its optimum (nothing to improve) and stays there: pure noise
     for seed in range(10):
         flat = -10 + 0.05 * np.random.default_rng(seed).standard_normal(100)
-        assert jvi.judge(_summary(), flat.tolist()) == {"status": "good", "signals": []}, seed
+        assert judge_fit(_summary(), flat.tolist()) == {"status": "good", "signals": []}, seed
 
 
 def test_judge_fails_a_fit_above_the_bound_by_more_than_three_ses():
     curve = _converged(40, 1).tolist()
-    above = jvi.judge(_summary(objective=-5.0 + 3.2 * 0.05), curve)
+    above = judge_fit(_summary(objective=-5.0 + 3.2 * 0.05), curve)
     assert above["status"] == "fail" and _codes(above) == ["above_bound"]
     assert above["signals"][0]["value"] == pytest.approx(3.2 * 0.05, rel=1e-12)
-    within = jvi.judge(_summary(objective=-5.0 + 2.8 * 0.05), curve)  # MC error, not a violation
+    within = judge_fit(_summary(objective=-5.0 + 2.8 * 0.05), curve)  # MC error, not a violation
     assert within["status"] == "good" and _codes(within) == []
-    unknown = jvi.judge(_summary(objective=100.0, log_z=None), curve)  # no exact bound known
+    unknown = judge_fit(_summary(objective=100.0, log_z=None), curve)  # no exact bound known
     assert _codes(unknown) == []
 
 
 def test_judge_calls_fewer_than_twenty_epochs_short_and_a_worsening_fit_a_failure():
     curve = _converged(20, 2).tolist()
-    short = jvi.judge(_summary(), curve[:19])
+    short = judge_fit(_summary(), curve[:19])
     assert short["status"] == "warn" and _codes(short) == ["short"]
     assert short["signals"][0]["value"] == 19
-    assert _codes(jvi.judge(_summary(), curve)) == []  # 20 epochs are enough to judge
+    assert _codes(judge_fit(_summary(), curve)) == []  # 20 epochs are enough to judge
     falling = np.linspace(-5, -10, 40)  # ended below where it began
-    worse = jvi.judge(_summary(), falling.tolist())
+    worse = judge_fit(_summary(), falling.tolist())
     assert worse["status"] == "fail" and _codes(worse) == ["not_improving"]
     assert worse["signals"][0]["value"] == pytest.approx(falling[-4:].mean() - falling[:4].mean())
-    diverged = jvi.judge(_summary(objective=None, diverged=True), curve[:1])
+    diverged = judge_fit(_summary(objective=None, diverged=True), curve[:1])
     assert diverged["status"] == "fail" and _codes(diverged) == ["diverged"]  # no "short"
 
 
 def test_judge_warns_of_a_fit_further_below_the_bound_than_a_regular_models_log_n_term():
     curve = _converged(40, 3).tolist()
     loose = 0.5 * 2 * math.log(500)  # (d / 2) log n for d = 2, n = 500: 6.21 nats
-    far = jvi.judge({**_summary(objective=-5.0 - loose - 0.5), "n": 500, "dim": 2}, curve)
+    far = judge_fit({**_summary(objective=-5.0 - loose - 0.5), "n": 500, "dim": 2}, curve)
     assert far["status"] == "warn" and _codes(far) == ["far_below_bound"]
     assert far["signals"][0]["value"] == pytest.approx(loose + 0.5)
-    near = jvi.judge({**_summary(objective=-5.0 - loose + 0.5), "n": 500, "dim": 2}, curve)
+    near = judge_fit({**_summary(objective=-5.0 - loose + 0.5), "n": 500, "dim": 2}, curve)
     assert _codes(near) == []
 
 

@@ -13,7 +13,7 @@ import streamlit as st
 from charts import animation
 from runs.store import FINAL, RunRecord
 
-from . import store
+from .pool import store
 
 TEMPLATE = (Path(__file__).parent / "animation.html").read_text(encoding="utf-8")
 TEACHING_STEPS = 1000  # steps traced by default: ~30 s at 30 steps a second

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from landscapes import ParamError
 from landscapes.model import apply_weights, call_factory, load_weights, make_model
 from landscapes.networks import Network
-from studies.sweep import by_step
+from studies.checkpoints import by_step
 
 ENV = "BASIN_MODELS"  # a directory of factory files (and checkpoints) the app may offer
 BUNDLED = "examples.digits_mlp:make"  # offered when BASIN_MODELS is unset
@@ -214,7 +214,7 @@ def _describe(factory: str, stamp) -> dict:
 
 
 def checkpoint_rows(cells: list[dict]) -> tuple[list[dict], list[dict]]:
-    """``studies.sweep.checkpoint_results``'s cells as table rows (step, checkpoint, λ̂ ± SE,
+    """``studies.checkpoints.results``'s cells as table rows (step, checkpoint, λ̂ ± SE,
     training loss, status, warnings) and, per row, the tint of every column ({column: "warn"
     | "fail"}): amber for a cell whose verdict is warn or whose LLC warned, red for fail."""
     rows, flags = [], []

@@ -35,7 +35,7 @@ def free_port() -> int:
 def serve(home: Path, log: Path, timeout: float = 60):
     """The app's URL; the server and the worker pool it started stop afterwards."""
     port = free_port()
-    env = {**os.environ, "BASIN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BASIN_HOME": str(home)}  # from ROOT, streamlit finds every package
     command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
     command += ["--server.address", "127.0.0.1", "--server.headless", "true"]
     with open(log, "wb") as out:

@@ -1,4 +1,4 @@
-"""What the pages share about targets: the app's caches of what ``studies.report`` computes
+"""What the pages share about targets: the app's caches of what ``studies.diagnostics`` computes
 (targets built for their closed forms, exact draws, density grids, tail ESS of a finished run,
 a network's facts), so a page that reruns every half second pays once; the potential pages'
 run-length widgets and the context of a potential's run that their views share."""
@@ -13,10 +13,10 @@ import streamlit as st
 import landscapes
 from landscapes import ParamError
 from runs.store import FINAL
-from studies import report
+from studies import diagnostics, llc
 
-from . import store
 from .live import Live, stop_polling
+from .pool import store
 from .widgets import kept, number_field, spec_error
 
 DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
@@ -24,8 +24,8 @@ DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix vi
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def target_of(name: str, params_json: str) -> landscapes.Target | ParamError:
-    """``report.target_of``, one per session-independent key (closed forms only)."""
-    return report.target_of(name, params_json)
+    """``diagnostics.target_of``, one per session-independent key (closed forms only)."""
+    return diagnostics.target_of(name, params_json)
 
 
 class Group(NamedTuple):
@@ -53,7 +53,7 @@ def open_group(ids: list[str], polling_key: str) -> Group | None:
     done = all(r.status in FINAL for r in records.values())
     stop_polling(polling_key, ",".join(ids), done)
     first = next(iter(records.values())).spec
-    params_json = report.params_json(first)
+    params_json = diagnostics.params_json(first)
     target = target_of(first["target"]["name"], params_json)
     if isinstance(target, ParamError):
         spec_error(target)
@@ -63,47 +63,51 @@ def open_group(ids: list[str], polling_key: str) -> Group | None:
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def exact_draws(name: str, params_json: str) -> np.ndarray | None:
-    """``report.exact_draws`` of the target (fixed seed), or None without an exact sampler."""
-    return report.exact_draws(target_of(name, params_json))
+    """``diagnostics.exact_draws`` of the target (fixed seed), or None without an exact sampler."""
+    return diagnostics.exact_draws(target_of(name, params_json))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def density_grid(name: str, params_json: str, nbeta: float, temperature: float) -> dict:
-    """``report.density_grid``: -U / T on the target's bounds, for contour plots."""
-    return report.density_grid(target_of(name, params_json), nbeta, temperature)
+    """``diagnostics.density_grid``: -U / T on the target's bounds, for contour plots."""
+    return diagnostics.density_grid(target_of(name, params_json), nbeta, temperature)
 
 
 @st.cache_data(max_entries=128, show_spinner="Computing tail ESS…")
 def tail_ess(run_id: str, burn: int) -> list[float] | None:
-    """``report.tail_ess`` of a finished run (not in its summary, and seconds to compute)."""
-    return report.tail_ess(store(), run_id, burn)
+    """``diagnostics.tail_ess`` of a finished run (not in its summary, and seconds to compute)."""
+    return diagnostics.tail_ess(store(), run_id, burn)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def log_p_grid(name: str, params_json: str, bounds: tuple) -> dict:
     """log p = -L - log Z on a grid over ``bounds`` (a potential with a known log Z)."""
     target = target_of(name, params_json)
-    grid = report.density_grid(target, 1.0, 1.0, bounds=bounds)
+    grid = diagnostics.density_grid(target, 1.0, 1.0, bounds=bounds)
     return {**grid, "log_density": grid["log_density"] - target.log_z}
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def theta1_density(name: str, params_json: str, edges: tuple) -> np.ndarray:
-    """``report.funnel_theta1_density``: theta_1's exact density averaged over each bin."""
-    return report.funnel_theta1_density(target_of(name, params_json), edges)
+    """``studies.funnel.theta1_density``: theta_1's exact density averaged over each bin."""
+    from studies import funnel  # lazily: scipy.stats costs ~1 s to import
+
+    return funnel.theta1_density(target_of(name, params_json), edges)
 
 
 @st.cache_data(max_entries=128, show_spinner="Tail statistics of every kept draw…")
 def funnel_tails(run_id: str, burn: int) -> dict:
-    """``report.funnel_tails`` of a finished run: all its kept draws (seconds at 6e6)."""
-    return report.funnel_tails(store(), run_id, burn)
+    """``studies.funnel.run_tails`` of a finished run: all its kept draws (seconds at 6e6)."""
+    from studies import funnel  # lazily: scipy.stats costs ~1 s to import
+
+    return funnel.run_tails(store(), run_id, burn)
 
 
 @st.cache_data(max_entries=32, show_spinner="Building the target…")
 def network_facts(target: dict) -> dict:
-    """``report.network_facts`` of a RunSpec's target ({"name", "params"}): numbers only, as
+    """``llc.network_facts`` of a RunSpec's target ({"name", "params"}): numbers only, as
     building a network's data takes seconds."""
-    return report.network_facts(target["name"], target["params"])
+    return llc.network_facts(target["name"], target["params"])
 
 
 def run_length(prefix: str) -> dict | None:
@@ -126,12 +130,12 @@ def run_length(prefix: str) -> dict | None:
             Param("burn-in", "int", 10, "Steps left out at the start", 0, 90, unit="% of steps"),
             kept(f"{prefix}.burn_pct"),
         )
-    auto = None if chains is None or steps is None else report.auto_thin(chains, steps)
+    auto = None if chains is None or steps is None else diagnostics.auto_thin(chains, steps)
     with c4:
         thin = number_field(
             Param("thin", "int", 0, "Record every k-th step", 0, 100_000, unit="0: auto"),
             kept(f"{prefix}.thin"),
-            help=f"Record every k-th step. 0 keeps at most {report.AUTO_DRAWS:.0e} draws"
+            help=f"Record every k-th step. 0 keeps at most {diagnostics.AUTO_DRAWS:.0e} draws"
             + ("." if auto is None else f": every {auto} step(s) for this run."),
         )
     with c5:
@@ -154,7 +158,7 @@ def run_context(record) -> dict | None:
     """What every view of a potential's run needs: its target, density grid, truths and
     records so far (new ones only, ``Live``); None after showing the target's error."""
     spec = record.spec
-    params_json = report.params_json(spec)
+    params_json = diagnostics.params_json(spec)
     target = target_of(spec["target"]["name"], params_json)
     if isinstance(target, ParamError):
         spec_error(target)
@@ -162,14 +166,14 @@ def run_context(record) -> dict | None:
     sp = spec["sampler"]["params"]
     nbeta = sp.get("nbeta") or target.nbeta
     grid = density_grid(target.name, params_json, float(nbeta), float(sp.get("temperature", 1.0)))
-    data = Live(store(), record.id, names=report.NAMES).update()
-    truths = report.targets_exact(sp)
+    data = Live(store(), record.id, names=diagnostics.NAMES).update()
+    truths = diagnostics.targets_exact(sp)
     return {
         "target": target,
-        "labels": report.labels_of(target),
+        "labels": diagnostics.labels_of(target),
         "grid": grid,
         "data": data,
         "exact": exact_draws(target.name, params_json) if truths else None,
         "truths": truths,
-        "burn": report.burn_records(spec),
+        "burn": diagnostics.burn_records(spec),
     }

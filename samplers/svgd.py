@@ -1,4 +1,5 @@
-"""Ensemble kernels: the C chains are one set of interacting particles, not C independent chains.
+"""SVGD, an ensemble kernel: the C chains are one set of interacting particles, not C independent
+chains.
 
 A coupled kernel's step for one chain reads every other chain, so its chains are not independent
 draws (diagnostics that assume so, R-hat across chains or a KS bound with n = C, are only
@@ -15,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .base import Draw, Kernel
+from .spec import LOC, NBETA, Param, aligned, kernel_spec
 
 
 class SVGD(Kernel):
@@ -32,7 +34,40 @@ class SVGD(Kernel):
     k = exp(-d^2 / (2 h'^2)) with h'^2 = med / (2 log(n + 1)), the same kernel). The sums, the
     median and n run over the particles that are finite; a deterministic update: no noise."""
 
-    name = "svgd"
+    SPEC = kernel_spec(
+        "svgd",
+        "ensemble",
+        "Liu & Wang (2016), NeurIPS",
+        [
+            Param(
+                "step_size",
+                "float",
+                0.1,
+                "step size epsilon of x <- x + epsilon phi(x)",
+                1e-12,
+                10.0,
+            ),
+            NBETA,
+            LOC,
+        ],
+        equation=aligned(
+            r"\phi(x_i) = \frac{1}{n}\sum_{j=1}^{n} \big[k(x_j, x_i)\,\nabla \log \pi(x_j)"
+            r" + \nabla_{x_j} k(x_j, x_i)\big],\quad \nabla \log \pi = -\nabla U",
+            r"x_i \leftarrow x_i + \varepsilon\,\phi(x_i)",
+            r"k(x, y) = e^{-\lVert x - y \rVert^2 / h},\quad"
+            r" h = \mathrm{med}\{\lVert x_i - x_j \rVert^2\} / \log(n + 1)",
+        ),
+        text="Stein variational gradient descent (Liu & Wang 2016): the chains are one ensemble of "
+        "n particles that move together, deterministically, along the direction phi that "
+        "decreases the KL divergence from the particles' law to pi fastest among the functions "
+        "of an RBF kernel's unit ball. The first term is gradient ascent on log pi averaged "
+        "over nearby particles; the second pushes particles apart, so they spread over the "
+        "target instead of collapsing to its mode (with one particle SVGD is gradient ascent). "
+        "The bandwidth h follows the median heuristic of the authors' code. The particles are "
+        "not independent draws: at a fixed point they cover the target more evenly than iid "
+        "samples, with a small finite-n bias (variances a few percent low in 2-D at n = 200). "
+        "A diverged particle is frozen and left out of the others' sums.",
+    )
     coupled = True  # every particle's update reads all the others
 
     def noise(self, chains, dim):

@@ -1,0 +1,92 @@
+"""What the studies' command-line arguments share: value parsers (comma-separated numbers and
+names, K=V pairs, a slot count) and the flags every sweep takes (how and where its runs go).
+
+Each study adds its own arguments (``add_arguments``) and reads them (``specs_from_args``);
+``cli.sweeps`` builds the ``sweep`` command from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from runs.spec import SpecError
+
+SUBMIT_HELP = "queue the runs, print the sweep id and return"
+
+
+def value(text: str):
+    """A flag value as JSON when it parses (numbers, lists, true/false), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def pairs(items: list[str], flag: str) -> dict:
+    """``K=V`` items as a dict (values as ``value`` reads them); a SpecError naming ``flag``."""
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise SpecError(flag, f"must be key=value, got {item!r}")
+        out[key.strip()] = value(text.strip())
+    return out
+
+
+def floats(text: str, flag: str) -> tuple[float, ...]:
+    """Comma-separated numbers, at least one; a SpecError naming ``flag``."""
+    try:
+        values = tuple(float(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        values = ()
+    if not values:
+        raise SpecError(flag, f"must be one or more comma-separated numbers, got {text!r}")
+    return values
+
+
+def names(text: str) -> tuple[str, ...]:
+    """Comma-separated names, blanks dropped."""
+    return tuple(s for s in text.replace(" ", "").split(",") if s)
+
+
+def slots(text: str) -> int:
+    """``--slots``: runs at once, at least 1."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 (at least 1 run), got {text!r}")
+    return count
+
+
+def add_backend(parser: argparse.ArgumentParser) -> None:
+    """--backend and --address: the local worker pool or a Ray cluster."""
+    parser.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where the runs execute: the local worker pool (default) or a Ray cluster",
+    )
+    parser.add_argument(
+        "--address",
+        help="the Ray cluster: auto (this machine's, or RAY_ADDRESS; default), host:port or "
+        "ray://host:port",
+    )
+
+
+def add_run(parser: argparse.ArgumentParser, submit_help: str | None = None) -> None:
+    """How a sweep's runs go: --slots, --submit-only, --backend, --address."""
+    parser.add_argument("--slots", type=slots, help="runs at once (default: the worker default)")
+    parser.add_argument("--submit-only", dest="submit_only", action="store_true", help=submit_help)
+    add_backend(parser)
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """What the order, reprior and vi sweeps take alike: seed, device, dtype and how to run."""
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    parser.add_argument("--json", action="store_true")
+    add_run(parser)
