@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.common import finite, out_path, write
+from cli.common import out_path, write
+from runs.jsonsafe import json_safe
 from runs.spec import SpecError
 from runs.store import Store
 from studies.arguments import floats
@@ -38,7 +39,7 @@ def cmd_surface(args: argparse.Namespace, store: Store) -> int:
     if args.out:
         facts["out"] = str(args.out)
     if args.json:
-        print(json.dumps(finite(facts)))
+        print(json.dumps(json_safe(facts)))
         return 0
     print(f"{facts['label0']} x {facts['label1']} around the {facts['reference']} point")
     print(
@@ -68,7 +69,7 @@ def cmd_wide(args: argparse.Namespace, store: Store) -> int:
             except ParamError as exc:
                 raise SpecError(exc.field, str(exc).split(": ", 1)[-1]) from None
         if args.json:
-            print(json.dumps(finite({"rows": rows})))
+            print(json.dumps(json_safe({"rows": rows})))
             return 0
         for r in rows:
             print(
@@ -91,7 +92,7 @@ def cmd_wide(args: argparse.Namespace, store: Store) -> int:
         "out": args.out,
     }
     if args.json:
-        print(json.dumps(finite(facts)))
+        print(json.dumps(json_safe(facts)))
         return 0
     print(
         f"{args.id} (width {out['width']}, {out['parametrisation']}): -log p on a "

@@ -8,13 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from runs.jsonsafe import json_safe
 from runs.spec import SpecError
-
-
-def finite(value):
-    """JSON has no NaN/Inf: they become null (a diverged run's statistics; ``runs.jsonsafe``)."""
-    return json_safe(value)
 
 
 def out_path(path: str, flag: str = "--out") -> Path:

@@ -13,9 +13,10 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from cli.common import StatusLine, finite, out_path, write
+from cli.common import StatusLine, out_path, write
 from cli.flags import add_spec_flags, spec_from_args
 from runs.budget import check_budget
+from runs.jsonsafe import json_safe
 from runs.spec import SpecError, parse_spec
 from runs.store import DamagedStore, Store, StoreError
 from studies.arguments import slots
@@ -91,7 +92,7 @@ def _foreground(args: argparse.Namespace, store: Store, run_id: str, spec) -> in
     for warning in summary["warnings"]:
         print(f"warning: {warning['code']}: {warning['message']}", file=sys.stderr)
     if args.json:
-        print(json.dumps(finite(summary)))
+        print(json.dumps(json_safe(summary)))
     else:
         print(f"{run_id} {summary['status']} in {summary['seconds']:.2f} s")
         _print_verdict(summary.get("verdict"))
@@ -194,7 +195,7 @@ def cmd_show(args: argparse.Namespace, store: Store) -> int:
 
         table = diagnostics.diagnostics_table(store, args.id)
     if args.json:
-        print(json.dumps(finite(info if table is None else {**info, "diagnostics": table})))
+        print(json.dumps(json_safe(info if table is None else {**info, "diagnostics": table})))
         return 0
     for key, value in info.items():
         if key != "verdict":

@@ -11,8 +11,9 @@ import os
 import sys
 import threading
 
-from cli.common import StatusLine, finite
+from cli.common import StatusLine
 from cli.flags import add_spec_flags, spec_from_args
+from runs.jsonsafe import json_safe
 from runs.store import Store
 from studies import registry, sweeps
 from studies.arguments import add_backend, slots
@@ -131,7 +132,7 @@ def _drive_on_ray(args: argparse.Namespace, store: Store, run_ids: list[str], re
 def print_sweep(result: dict, as_json: bool) -> int:
     """A sweep's results: as JSON, or its header line and its study's text."""
     if as_json:
-        print(json.dumps(finite(result)))
+        print(json.dumps(json_safe(result)))
         return 0
     p = result["progress"]
     print(f"{result['sweep_id']} ({result['kind']}): {p['done']}/{p['runs']} runs done")

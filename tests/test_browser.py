@@ -107,8 +107,8 @@ def test_a_bookmarked_page_opened_first_runs_inside_the_app(server, browser_page
     app.py: its navigation, its sidebar and the worker pool that resumes the queue. (Streamlit
     runs a ``pages/`` directory beside the entry script as v1 pages, bypassing app.py, until
     app.py has called st.navigation once: without ``ui.legacy_guard`` at the top of each page,
-    this session got "app, compare, ..." and no pool. The deep link makes Streamlit probe its base path with 404s:
-    the console is not checked.)"""
+    this session got "app, compare, ..." and no pool. The deep link makes Streamlit probe its
+    base path with 404s: the console is not checked.)"""
     page = browser_page
     page.goto(f"{server}/runs", timeout=LOAD_MS)
     page.get_by_text("Every run in the store").wait_for(timeout=LOAD_MS)
