@@ -16,8 +16,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES
 WORKDIR /app
 
 # A C++ compiler: torch.compile builds Basin's compiled steps with it (4-60x faster than eager
-# steps, README), and samplers/allocator.py its CPU allocator. Without one, everything steps
-# eagerly (samplers.fused.compile_problem).
+# steps, README). Without one, everything steps eagerly (samplers.compiled.compile_problem).
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ \
     && rm -rf /var/lib/apt/lists/*

@@ -75,16 +75,7 @@ def surface_figure(
         # Grid and path share one L0 and one floor so their heights are comparable.
         z, path_z = _scaled_jointly(scale, lowest, loss, path_loss)
 
-    fig = go.Figure(
-        go.Surface(
-            x=c0,
-            y=c1,
-            z=z.T,  # plotly wants z[y][x]; loss is indexed [c0, c1]
-            colorscale=COLORSCALE,
-            colorbar={"title": {"text": SCALES[scale]}},
-            name="loss surface",
-        )
-    )
+    fig = go.Figure(_loss_trace(go.Surface, c0, c1, z, scale, "loss surface"))
     if paths is not None:
         for k, (xy, zk) in enumerate(zip(paths, path_z, strict=True)):
             color = PALETTE[k % len(PALETTE)]
@@ -142,16 +133,7 @@ def contour_figure(
     """Filled contours of the scaled loss, chain paths (start enlarged), next zoom domain in red."""
     c0, c1, loss = _grid(s)
     (z,) = _scaled_jointly(scale, _lowest(s, loss), loss)
-    fig = go.Figure(
-        go.Contour(
-            x=c0,
-            y=c1,
-            z=z.T,
-            colorscale=COLORSCALE,
-            colorbar={"title": {"text": SCALES[scale]}},
-            name="loss",
-        )
-    )
+    fig = go.Figure(_loss_trace(go.Contour, c0, c1, z, scale, "loss"))
     paths = _paths(s) if overlay else None
     if paths is not None:
         for k, xy in enumerate(paths):
@@ -270,6 +252,19 @@ def sweep_figure(s: Mapping, scale: str = "loss", title: str | None = None) -> g
         yaxis={"title": {"text": SCALES[scale]}},
     )
     return fig
+
+
+def _loss_trace(trace: type, c0: np.ndarray, c1: np.ndarray, z: np.ndarray, scale: str, name: str):
+    """The scaled loss over the grid as a ``trace`` (go.Surface, go.Contour), its colour bar
+    titled with the scale."""
+    return trace(
+        x=c0,
+        y=c1,
+        z=z.T,  # plotly wants z[y][x]; loss is indexed [c0, c1]
+        colorscale=COLORSCALE,
+        colorbar={"title": {"text": SCALES[scale]}},
+        name=name,
+    )
 
 
 def _grid(s: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

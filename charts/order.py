@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from charts.style import FONT, LEGEND
+from charts.style import study_layout
 
 PALETTE = qualitative.Plotly
 NOISE_FLOOR = 2.0  # as studies.order.NOISE_FLOOR: a point within 2 SE of zero is drawn hollow
@@ -40,14 +40,12 @@ def order_figure(cells: Sequence[dict], fits: Sequence[dict], observable: str) -
     if all_h and all_e:
         _guides(fig, all_h, all_e)
     label = LABELS.get(observable, observable)
-    fig.update_layout(
+    study_layout(
+        fig,
+        480,
         title=f"Relative error of {label} against the step size",
         xaxis={"title": "step size h (log scale)", "type": "log"},
         yaxis={"title": f"|{label} − exact| / exact (log scale)", "type": "log"},
-        font=FONT,
-        legend=LEGEND,
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
-        height=480,
     )
     fig.update_xaxes(exponentformat="power")
     fig.update_yaxes(exponentformat="power")

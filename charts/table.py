@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,15 @@ import pandas as pd
 RUN_COLUMNS = ("id", "target", "sampler", "chains", "steps", "status", "progress (%)", "created")
 OPTIONAL_FACTS = ("LLC mean", "Psi (VI)")  # rows compared only when some run has the number
 POSITION_COLUMNS_MAX = 64  # positions go into the CSV only up to this many coordinates
+
+
+def columns(
+    rows: Iterable[Mapping], spec: Mapping[str, str | Callable[[Mapping], object]]
+) -> dict[str, list]:
+    """A table by columns, as st.dataframe takes it: under each header of ``spec``, every row's
+    field of that name, or what the header's function makes of the row."""
+    rows = list(rows)
+    return {head: [f(r) if callable(f) else r[f] for r in rows] for head, f in spec.items()}
 
 
 def method(spec: Mapping) -> str:

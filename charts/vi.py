@@ -16,7 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative, sample_colorscale
 
-from charts.style import FONT, LEGEND
+from charts.style import study_layout
 
 SOURCES = ("gamma", "gaussian")
 LABELS = {"gamma": "nf_gamma", "gaussian": "nf_gaussian"}
@@ -33,16 +33,7 @@ def _finite(value) -> float | None:
 
 
 def _layout(fig: go.Figure, title: str, x: dict, y: dict, height: int = 420) -> go.Figure:
-    fig.update_layout(
-        title=title,
-        xaxis=x,
-        yaxis=y,
-        font=FONT,
-        legend=LEGEND,
-        margin={"l": 70, "r": 20, "t": 50, "b": 40},
-        height=height,
-    )
-    return fig
+    return study_layout(fig, height, left=70, title=title, xaxis=x, yaxis=y)
 
 
 def objective_curves(cells: Sequence[Mapping]) -> go.Figure:

@@ -19,7 +19,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from charts.landscape import COLORSCALE
-from charts.style import FONT, LEGEND
+from charts.style import study_layout
 
 PARAMETRISATIONS = ("standard", "reprior")
 LABELS = {"standard": "standard (θ)", "reprior": "repriorised (φ)"}
@@ -53,14 +53,12 @@ def _width_ticks(widths) -> dict:
 def _log_layout(
     fig: go.Figure, title: str, x: str, y: str, widths=(), height: int = 420
 ) -> go.Figure:
-    fig.update_layout(
+    study_layout(
+        fig,
+        height,
         title=title,
         xaxis={"title": x, **_width_ticks(widths)},
         yaxis={"title": y, "type": "log"},
-        font=FONT,
-        legend=LEGEND,
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
-        height=height,
     )
     fig.update_yaxes(exponentformat="power")
     return fig
@@ -165,13 +163,7 @@ def acceptance_figure(
     fig.update_yaxes(range=[bottom, 1.01], title="after the warm-up", row=1, col=1)
     fig.update_yaxes(type="log", exponentformat="power", title="ε", row=1, col=2)
     fig.update_xaxes(title="width (log scale)", **_width_ticks(c["width"] for c in cells))
-    fig.update_layout(
-        title="Acceptance and adapted step against width",
-        font=FONT,
-        legend=LEGEND,
-        margin={"l": 60, "r": 20, "t": 70, "b": 40},
-        height=400,
-    )
+    study_layout(fig, 400, top=70, title="Acceptance and adapted step against width")
     return fig
 
 
@@ -334,14 +326,13 @@ def slice_figure(s: Mapping, shared: bool = False, quantile: float = CLIP_QUANTI
         fig.update_yaxes(scaleanchor=anchor, scaleratio=1, title="b", row=1, col=col)
         fig.update_xaxes(title="a", constrain="domain", row=1, col=col)
     axes = _colour_axes(panels, shared)
-    fig.update_layout(
+    study_layout(
+        fig,
+        460,
+        top=80,
         title=f"Posterior slices through the last draw (width {s.get('width')}, "
         f"{LABELS.get(s.get('parametrisation'), s.get('parametrisation'))} run)",
         **axes,
-        font=FONT,
-        legend=LEGEND,
-        margin={"l": 60, "r": 20, "t": 80, "b": 40},
-        height=460,
     )
     return fig
 
@@ -364,14 +355,12 @@ def slice_line_figure(s: Mapping) -> go.Figure:
                 line={"color": colour, "width": 3},
             )
         )
-    fig.update_layout(
+    study_layout(
+        fig,
+        380,
         title="−log p along one random direction through the last draw",
         xaxis={"title": "a (distance along the direction)"},
         yaxis={"title": "−log p − its value at the draw"},
-        font=FONT,
-        legend=LEGEND,
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
-        height=380,
     )
     return fig
 

@@ -11,14 +11,7 @@ import torch
 from torch import Tensor
 
 from .base import DATA_CHUNK, ParamError
-from .data import (
-    Dataset,
-    n_test,
-    normal_inputs,
-    regression,
-    torch_generator,
-    uniform_inputs,
-)
+from .data import Dataset, n_test, normal_inputs, regression, torch_generator, uniform_inputs
 from .networks import (
     TRUTH_LAYERS,
     Network,

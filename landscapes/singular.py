@@ -9,14 +9,7 @@ import torch
 from torch import Tensor
 
 from .base import Batch, ParamError
-from .data import (
-    Dataset,
-    n_test,
-    normal_inputs,
-    regression,
-    torch_generator,
-    uniform_inputs,
-)
+from .data import Dataset, n_test, normal_inputs, regression, torch_generator, uniform_inputs
 from .networks import (
     Network,
     check_data_size,

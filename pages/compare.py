@@ -81,12 +81,10 @@ def eqn_vs_baoab() -> None:
 # ---------------------------------------------------------------------------------------------
 # Controls: one target, several samplers, one budget.
 
-st.title("Compare samplers")
-st.caption(
-    "The same target, seed, chains and steps for every sampler: what differs is the sampler."
+store = ui.open_page(
+    "Compare samplers",
+    "The same target, seed, chains and steps for every sampler: what differs is the sampler.",
 )
-ui.ensure_pool()
-store = ui.store()
 
 left, right = st.columns(2)
 with left:

@@ -17,6 +17,7 @@ import charts
 import landscapes
 import samplers
 import ui
+from charts import table
 from studies import dln, sweeps
 
 ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
@@ -30,13 +31,11 @@ MAX_RUNS = 2000  # a queue larger than this would outlive the session that launc
 MAX_STEP_SIZES = 12
 
 
-st.title("DLN benchmark")
-st.caption(
+store = ui.open_page(
+    "DLN benchmark",
     "The local-sampling benchmark (reference 000): LLC estimates on generated deep linear "
-    "networks, whose true LLC is known, across samplers and step sizes."
+    "networks, whose true LLC is known, across samplers and step sizes.",
 )
-ui.ensure_pool()
-store = ui.store()
 
 # ---------------------------------------------------------------------------------------------
 # Launch.
@@ -123,35 +122,40 @@ def draw_sweep(sweep: dict, result: dict) -> None:
     c1.plotly_chart(charts.mean_vs_sd_figure(metrics), key=f"dln.meansd.{sweep_id}")
     c2.plotly_chart(charts.order_preservation_figure(metrics), key=f"dln.order.{sweep_id}")
     st.dataframe(
-        {
-            "sampler": [m["sampler"] for m in metrics],
-            "step size": [m["step_size"] for m in metrics],
-            "problems": [m["problems"] for m in metrics],
-            "relative error (mean)": [m["relative_error_mean"] for m in metrics],
-            "relative error (SD)": [m["relative_error_sd"] for m in metrics],
-            "NaN fraction (chains)": [m["nan_fraction"] for m in metrics],
-            "runs with a NaN chain": [m["nan_run_fraction"] for m in metrics],
-            "order preservation": [m["order_preservation"] for m in metrics],
-        },
+        table.columns(
+            metrics,
+            {
+                "sampler": "sampler",
+                "step size": "step_size",
+                "problems": "problems",
+                "relative error (mean)": "relative_error_mean",
+                "relative error (SD)": "relative_error_sd",
+                "NaN fraction (chains)": "nan_fraction",
+                "runs with a NaN chain": "nan_run_fraction",
+                "order preservation": "order_preservation",
+            },
+        ),
         hide_index=True,
         column_config={"step size": ui.STEP_COLUMN},
         key=f"dln.metrics.{sweep_id}",
     )
     with st.expander("Every run"):
-        cells = result["cells"]
         st.dataframe(
-            {
-                "problem": [c["problem"] for c in cells],
-                "sampler": [c["sampler"] for c in cells],
-                "step size": [c["step_size"] for c in cells],
-                "λ̂": [c["llc"] for c in cells],
-                "true λ": [c["true"] for c in cells],
-                "d": [c["dim"] for c in cells],
-                "relative error": [c["relative_error"] for c in cells],
-                "NaN chains": [c["nan_chains"] for c in cells],
-                "warnings": [", ".join(c["warnings"]) for c in cells],
-                "run": [c["run_id"] for c in cells],
-            },
+            table.columns(
+                result["cells"],
+                {
+                    "problem": "problem",
+                    "sampler": "sampler",
+                    "step size": "step_size",
+                    "λ̂": "llc",
+                    "true λ": "true",
+                    "d": "dim",
+                    "relative error": "relative_error",
+                    "NaN chains": "nan_chains",
+                    "warnings": lambda c: ", ".join(c["warnings"]),
+                    "run": "run_id",
+                },
+            ),
             hide_index=True,
             column_config={"step size": ui.STEP_COLUMN},
             key=f"dln.cells.{sweep_id}",

@@ -49,14 +49,12 @@ HEIGHT = 380
 # ---------------------------------------------------------------------------------------------
 # Controls: the metrics, each with the paper's settings, and one budget.
 
-st.title("The funnel: SGRLD's metrics in the neck")
-st.caption(
+store = ui.open_page(
+    "The funnel: SGRLD's metrics in the neck",
     "Reference 001's headline experiment: SGRLD on the softplus funnel from (1, 1), the gradient "
     "blurred by N(0, 1) noise, each metric at the paper's step size. The neck (v ≪ 0) is where "
-    "x's variance softplus(v) vanishes and the gradient grows: does a metric get there?"
+    "x's variance softplus(v) vanishes and the gradient grows: does a metric get there?",
 )
-ui.ensure_pool()
-store = ui.store()
 
 chosen = st.multiselect(
     "Metrics", list(METRICS), default=list(funnel.PROTOCOL), key=ui.kept("fun.metrics")

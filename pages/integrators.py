@@ -15,6 +15,7 @@ import charts
 import landscapes
 import samplers
 import ui
+from charts import table
 from studies import order
 from studies.diagnostics import POTENTIALS
 
@@ -28,13 +29,11 @@ MAX_STEP_SIZES = 10
 MAX_CELLS = 40  # a class waits for these: minutes on a 2-core machine at the defaults
 
 
-st.title("Integrators")
-st.caption(
+store = ui.open_page(
+    "Integrators",
     "How fast does each Langevin integrator's bias vanish as the step shrinks? TATi's order "
-    "study (reference 003, Figs. 2–4): the error of ⟨w·∇U⟩ or ⟨K⟩ against the step size h."
+    "study (reference 003, Figs. 2–4): the error of ⟨w·∇U⟩ or ⟨K⟩ against the step size h.",
 )
-ui.ensure_pool()
-store = ui.store()
 
 c1, c2 = st.columns(2)
 with c1:
@@ -133,14 +132,17 @@ def draw_study(sweep: dict, result: dict) -> None:
         key=f"ord.figure.{sweep_id}",
     )
     st.dataframe(
-        {
-            "integrator": [f["sampler"] for f in result["fits"]],
-            "fitted slope": [f["slope"] for f in result["fits"]],
-            "± SE": [f["slope_se"] for f in result["fits"]],
-            "expected order": [f["expected"] for f in result["fits"]],
-            "points fitted": [f["points"] for f in result["fits"]],
-            "runs done": [f["cells"] for f in result["fits"]],
-        },
+        table.columns(
+            result["fits"],
+            {
+                "integrator": "sampler",
+                "fitted slope": "slope",
+                "± SE": "slope_se",
+                "expected order": "expected",
+                "points fitted": "points",
+                "runs done": "cells",
+            },
+        ),
         hide_index=True,
         key=f"ord.fits.{sweep_id}",
     )
@@ -153,18 +155,20 @@ def draw_study(sweep: dict, result: dict) -> None:
             icon=ui.WARNING,
         )
     with st.expander("Every run"):
-        rows = result["cells"]
         st.dataframe(
-            {
-                "integrator": [c["sampler"] for c in rows],
-                "h": [c["step_size"] for c in rows],
-                "mean": [c["mean"] for c in rows],
-                "exact": [c["exact"] for c in rows],
-                "relative error": [c["error"] for c in rows],
-                "± SE": [c["error_se"] for c in rows],
-                "diverged chains": [c["diverged_chains"] for c in rows],
-                "run": [c["run_id"] for c in rows],
-            },
+            table.columns(
+                result["cells"],
+                {
+                    "integrator": "sampler",
+                    "h": "step_size",
+                    "mean": "mean",
+                    "exact": "exact",
+                    "relative error": "error",
+                    "± SE": "error_se",
+                    "diverged chains": "diverged_chains",
+                    "run": "run_id",
+                },
+            ),
             hide_index=True,
             key=f"ord.cells.{sweep_id}",
         )

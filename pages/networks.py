@@ -40,13 +40,11 @@ MAX_NS = 8  # values of n in one VI scan
 # ---------------------------------------------------------------------------------------------
 # Controls: the network, w0, the sampler and the run length, shared by both views.
 
-st.title("Networks & LLC")
-st.caption(
+store = ui.open_page(
+    "Networks & LLC",
     "The local learning coefficient λ̂ = nβ (E[L_n] − L_n(w0)) of a network at a point w0, "
-    "sampled in a background worker; the estimate fills in live."
+    "sampled in a background worker; the estimate fills in live.",
 )
-ui.ensure_pool()
-store = ui.store()
 
 left, right = st.columns(2)
 with left:

@@ -46,13 +46,11 @@ def fixed_params(name: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Controls.
 
-st.title("Playground")
-st.caption(
+store = ui.open_page(
+    "Playground",
     "Sample a 2-D potential with any sampler, in a background worker, and watch the chains "
-    "against the exact answer."
+    "against the exact answer.",
 )
-ui.ensure_pool()
-store = ui.store()
 
 left, right = st.columns(2)
 with left:

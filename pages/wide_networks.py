@@ -19,6 +19,7 @@ import charts
 import landscapes
 import samplers
 import ui
+from charts import table
 from charts.wide import LABELS
 from landscapes import Param, ParamError
 from runs import verdict
@@ -56,13 +57,11 @@ SEED = Param(
 HALF_WIDTH = Param("half_width", "float", 1.0, "Half the side of the sliced square", 1e-3, 100.0)
 
 
-st.title("Wide networks")
-st.caption(
+store = ui.open_page(
+    "Wide networks",
     "Repriorisation (Hron et al. 2022, reference 002): sample a wide Bayesian network in "
-    "coordinates whose posterior is nearly its prior, and watch the ESS grow with the width."
+    "coordinates whose posterior is nearly its prior, and watch the ESS grow with the width.",
 )
-ui.ensure_pool()
-store = ui.store()
 
 # ---------------------------------------------------------------------------------------------
 # Controls and Run.
@@ -170,6 +169,16 @@ def final_widths(cells: list[dict]) -> set[int]:
     return {w for w in done if done.count(w) == 2}
 
 
+def ess(of: str, stat: str):
+    """A cell's per-step ESS ``stat`` (mean, min, max) of ``of`` (f, theta), None before any."""
+    return lambda c: ((c["ess"] or {}).get(of) or {}).get(stat)
+
+
+def speed_up(ratio: dict) -> float | None:
+    """The ratio of f's ESS a second: the ESS ratio over the time ratio."""
+    return ratio["f"] / ratio["cost"] if ratio["f"] is not None and ratio["cost"] else None
+
+
 def draw_study(sweep: dict, result: dict) -> None:
     """ESS, acceptance and adapted step against width, the ratios and the flags, so far."""
     sweep_id = sweep["id"]
@@ -190,16 +199,18 @@ def draw_study(sweep: dict, result: dict) -> None:
     )
     final = final_widths(cells)
     ratios = result["ratios"]
-    speed = [r["f"] / r["cost"] if r["f"] is not None and r["cost"] else None for r in ratios]
     st.dataframe(
-        {
-            "width": [r["width"] for r in ratios],
-            "ESS ratio f(X_test)": [r["f"] for r in ratios],
-            "ESS ratio θ": [r["theta"] for r in ratios],
-            "time a step ratio": [r["cost"] for r in ratios],
-            "f ESS a second ratio": speed,
-            "numbers": ["final" if r["width"] in final else "so far" for r in ratios],
-        },
+        table.columns(
+            ratios,
+            {
+                "width": "width",
+                "ESS ratio f(X_test)": "f",
+                "ESS ratio θ": "theta",
+                "time a step ratio": "cost",
+                "f ESS a second ratio": speed_up,
+                "numbers": lambda r: "final" if r["width"] in final else "so far",
+            },
+        ),
         hide_index=True,
         key=f"wide.ratios.{sweep_id}",
     )
@@ -226,23 +237,24 @@ def draw_study(sweep: dict, result: dict) -> None:
         )
     with st.expander("Every run"):
         st.dataframe(
-            {
-                "width": [c["width"] for c in cells],
-                "parametrisation": [LABELS[c["parametrisation"]] for c in cells],
-                "status": [c["status"] for c in cells],
-                "steps done": [c["steps_done"] for c in cells],
-                "ESS/step f (mean)": [((c["ess"] or {}).get("f") or {}).get("mean") for c in cells],
-                "f min": [((c["ess"] or {}).get("f") or {}).get("min") for c in cells],
-                "f max": [((c["ess"] or {}).get("f") or {}).get("max") for c in cells],
-                "ESS/step θ (mean)": [
-                    ((c["ess"] or {}).get("theta") or {}).get("mean") for c in cells
-                ],
-                "θ min": [((c["ess"] or {}).get("theta") or {}).get("min") for c in cells],
-                "θ max": [((c["ess"] or {}).get("theta") or {}).get("max") for c in cells],
-                "acceptance": [c["acceptance"] for c in cells],
-                "adapted step": [c["step"] for c in cells],
-                "run": [c["run_id"] for c in cells],
-            },
+            table.columns(
+                cells,
+                {
+                    "width": "width",
+                    "parametrisation": lambda c: LABELS[c["parametrisation"]],
+                    "status": "status",
+                    "steps done": "steps_done",
+                    "ESS/step f (mean)": ess("f", "mean"),
+                    "f min": ess("f", "min"),
+                    "f max": ess("f", "max"),
+                    "ESS/step θ (mean)": ess("theta", "mean"),
+                    "θ min": ess("theta", "min"),
+                    "θ max": ess("theta", "max"),
+                    "acceptance": "acceptance",
+                    "adapted step": "step",
+                    "run": "run_id",
+                },
+            ),
             hide_index=True,
             column_config={"adapted step": ui.STEP_COLUMN},
             key=f"wide.cells.{sweep_id}",
@@ -414,13 +426,16 @@ if request:
     else:
         st.plotly_chart(charts.kl_figure(rows), key="wide.kl.figure")
         st.dataframe(
-            {
-                "width": [r["width"] for r in rows],
-                "KL(q ‖ p_φ) repriorised": [r["reprior"] for r in rows],
-                "KL(q ‖ p_θ) standard": [r["standard"] for r in rows],
-                "sd of log Z": [r["log_z_std"] for r in rows],
-                "prior draws": [r["draws"] for r in rows],
-            },
+            table.columns(
+                rows,
+                {
+                    "width": "width",
+                    "KL(q ‖ p_φ) repriorised": "reprior",
+                    "KL(q ‖ p_θ) standard": "standard",
+                    "sd of log Z": "log_z_std",
+                    "prior draws": "draws",
+                },
+            ),
             hide_index=True,
             key="wide.kl.table",
         )

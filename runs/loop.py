@@ -73,10 +73,12 @@ def execute(
     on_progress: Callable[[Progress], None] | None = None,
 ) -> dict:
     """Run ``spec`` into ``store`` under ``run_id``; returns the summary (status completed, or
-    cancelled when ``should_stop`` said so between blocks). Errors propagate to the caller."""
-    if spec.kind == "vi":  # a variational fit: its epochs on the same clock, the same store
-        return vi.execute(spec, store, run_id, should_stop, on_progress)
+    cancelled when ``should_stop`` said so between blocks or epochs): a sampling run's steps, or
+    a vi run's fit (``runs.vi.fit_run``) on the same clock. Errors propagate to the caller."""
     started = time.perf_counter()
+    if spec.kind == "vi":  # a variational fit: its epochs on the same clock, the same store
+        pace = Pace(store, run_id, spec.vi.epochs, "fit", should_stop, on_progress)
+        return vi.fit_run(spec, store, run_id, pace, started)
     pace = Pace(store, run_id, spec.steps, "sample", should_stop, on_progress)
     run = Sampling(spec, store, run_id, pace, started)
     sampling = pace.begin()

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from landscapes import ParamError, Target
 from runs.spec import ESS_PROJECTIONS, RunSpec, SpecError, resolve_w0, target_facts
@@ -27,6 +28,7 @@ from samplers.training import random_init, train
 
 EVAL_POINTS = 8192  # the fixed data subset on which the live MALA diagnostic evaluates U
 TRAIN_REPORT_S = 0.5
+Report = Callable[[dict], bool]  # a training's progress to the run's; True: stop (a cancel)
 
 
 class Observer:
@@ -42,12 +44,8 @@ class Observer:
         raise NotImplementedError
 
     def start(
-        self,
-        chains: int,
-        device: torch.device,
-        report: Callable[[dict], bool],
-        position: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        self, chains: int, device: torch.device, report: Report, position: Tensor | None = None
+    ) -> Tensor:
         """[C, d]: where the chains start; ``position``, the start so far, unchanged."""
         return position
 
@@ -82,12 +80,8 @@ class LLCObserver(Observer):
 
     # -- before the chains --------------------------------------------------------------------
     def start(
-        self,
-        chains: int,
-        device: torch.device,
-        report: Callable[[dict], bool],
-        position: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        self, chains: int, device: torch.device, report: Report, position: Tensor | None = None
+    ) -> Tensor:
         """[C, d]: every chain at w0 (trained, the truth or an initialisation), in place of
         ``position`` (the start so far)."""
         spec, target, opts = self.spec, self.target, self.spec.llc

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -29,12 +28,16 @@ import torch
 from runs import verdict
 from runs.build import build_target
 from runs.pace import Pace, append_unstored
-from runs.spec import RunSpec
-from runs.store import Progress, Store
+from runs.spec import RunSpec, VIOptions
+from runs.store import Store
 from samplers import vi
 
 SOURCES = ("gamma", "gaussian")
 NAMES = {"gamma": "nf_gamma", "gaussian": "nf_gaussian"}  # reference 004's names
+# the vi options ``samplers.vi.fit`` takes under their own names (``fit_options``)
+FIT_FIELDS = (
+    "epochs", "batch_fraction", "samples", "lr_flow", "lr_k", "lr_lambda_beta", "final_samples",
+)  # fmt: skip
 
 
 def noise_sd(spec: RunSpec) -> float:
@@ -93,17 +96,18 @@ def true_lc(target) -> dict | None:
     return {"lambda": float(truth), "m": None}
 
 
-def execute(
-    spec: RunSpec,
-    store: Store,
-    run_id: str,
-    should_stop: Callable[[], bool] = lambda: False,
-    on_progress: Callable[[Progress], None] | None = None,
-) -> dict:
-    """Fit ``spec`` into ``store`` under ``run_id``; the summary (status completed, or
-    cancelled when ``should_stop`` said so between epochs). A diverged fit completes with its
-    curve up to the divergence and a failing verdict."""
-    started = time.perf_counter()
+def fit_options(o: VIOptions) -> dict:
+    """``samplers.vi.fit``'s options from a run's: the prior's sd from its variance, the rest by
+    name."""
+    named = o.model_dump(include=set(FIT_FIELDS))
+    return {"prior_mean": o.prior_mean, "prior_std": math.sqrt(o.prior_variance), **named}
+
+
+def fit_run(spec: RunSpec, store: Store, run_id: str, pace: Pace, started: float) -> dict:
+    """Fit ``spec`` into ``store`` under ``run_id`` on the run loop's clock (``runs.loop.execute``
+    starts every run kind); the summary (status completed, or cancelled when ``pace`` said so
+    between epochs). A diverged fit completes with its curve up to the divergence and a failing
+    verdict."""
     o = spec.vi
     target, _ = build_target(spec)
     if o.points is not None:
@@ -115,7 +119,7 @@ def execute(
     source = make_source(spec, target.dim, dtype, device)
     generator = torch.Generator(device=device).manual_seed(spec.seed)
     records = EpochRecords(store, run_id)
-    pace = Pace(store, run_id, o.epochs, "fit", should_stop, on_progress)
+    pace.begin()  # the first epoch
 
     def on_epoch(epoch: int, value: float) -> bool:
         records.keep(value)
@@ -128,18 +132,10 @@ def execute(
         target,
         source,
         flow,
-        prior_mean=o.prior_mean,
-        prior_std=math.sqrt(o.prior_variance),
-        epochs=o.epochs,
-        batch_fraction=o.batch_fraction,
-        samples=o.samples,
-        lr_flow=o.lr_flow,
-        lr_k=o.lr_k,
-        lr_lambda_beta=o.lr_lambda_beta,
+        **fit_options(o),
         generator=generator,
         on_epoch=on_epoch,
         sigma=noise_sd(spec),
-        final_samples=o.final_samples,
     )
     records.flush()
     summary = _summary(spec, run_id, target, source, res, started)

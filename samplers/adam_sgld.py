@@ -1,7 +1,7 @@
 """Adam-SGLD (reference 000, Alg. 2): RMSProp-SGLD whose loss force is Adam's momentum.
 
-It shares RMSProp-SGLD's preconditioner state and its dropped Gamma term (``rmsprop_sgld``'s
-module doc has the bias this leaves: 1.624 against 1.4988 at eps = 1e-6).
+It shares RMSProp-SGLD's preconditioner (``rmsprop_sgld.Preconditioned``) and its dropped Gamma
+term (``rmsprop_sgld``'s module doc has the bias this leaves: 1.624 against 1.4988 at eps = 1e-6).
 """
 
 from __future__ import annotations
@@ -10,27 +10,21 @@ from dataclasses import replace
 
 import torch
 
-from .base import Kernel
 from .integrators import all_accepted, overdamped
-from .rmsprop_sgld import DROPPED_GAMMA, PreconditionerState, preconditioned
-from .spec import EMA_RATE, P000, SG, STABILITY, Param, aligned, kernel_spec
+from .rmsprop_sgld import Preconditioned, preconditioned, preconditioned_spec
+from .spec import EMA_RATE, Param, aligned
 
 
-class AdamSGLD(Kernel):
+class AdamSGLD(Preconditioned):
     """m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,  bias-corrected m_hat, v_hat,
     eps_t = eps / (sqrt(v_hat) + a),
     Delta w = -(eps_t/2) (localization (w - w0) + nbeta m_hat) + sqrt(eps_t) eta   (Alg. 2).
+    Gamma dropped, biased as the step shrinks (``Preconditioned``); m starts at 0."""
 
-    The metric's divergence term Gamma is dropped, as the papers do (``DROPPED_GAMMA``): the
-    chains sample a biased law, and the bias grows as the step shrinks (module doc)."""
-
-    SPEC = kernel_spec(
+    SPEC = preconditioned_spec(
         "adam-sgld",
-        "sgmcmc",
-        P000 + ", Alg. 2",
+        2,
         [
-            *SG,
-            STABILITY,
             Param("b1", "float", 0.9, "EMA rate b1 of the gradient", *EMA_RATE),
             Param("b2", "float", 0.999, "EMA rate b2 of the squared gradient", *EMA_RATE),
         ],
@@ -51,14 +45,9 @@ class AdamSGLD(Kernel):
         "steps (1.62 against 1.50 on the benchmark's quadratic at step 1e-6); runs with it "
         "carry a warning.",
     )
-    uses_loss_grad = True  # it adapts on grad L
-    minibatch = True
-    caveats = {"dropped_gamma": DROPPED_GAMMA}
 
     def start(self, state, target, generator):
-        w = state.position
-        zeros, ones = torch.zeros_like(w), torch.ones_like(w)
-        return PreconditionerState(**vars(state), v=ones, t=w.new_zeros(w.shape[0], 1), m=zeros)
+        return replace(super().start(state, target, generator), m=torch.zeros_like(state.position))
 
     def update(self, state, target, batch, noise):
         e = self.energy(state.position, state, target, batch)

@@ -1,4 +1,4 @@
-"""RMSProp-SGLD (pSGLD; reference 000, Alg. 3), and the preconditioner state Adam-SGLD shares.
+"""RMSProp-SGLD (pSGLD; reference 000, Alg. 3), and the preconditioner Adam-SGLD shares.
 
 Notation as in the paper: eps = step_size, g = minibatch mean loss gradient (raw: no nbeta, no
 prior), grad U = nbeta g + localization (w - w0) + prior, eta = the step's N(0, I) draw (``xi``).
@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .base import Kernel, State
 from .integrators import all_accepted, overdamped
-from .spec import EMA_RATE, P000, SG, STABILITY, Param, aligned, kernel_spec
+from .spec import EMA_RATE, P000, SG, STABILITY, KernelSpec, Param, aligned, kernel_spec
 
 DROPPED_GAMMA = (
     "this preconditioned kernel drops the metric's divergence term (Gamma), as the papers do, so "
@@ -51,21 +51,40 @@ def preconditioned(eps: float, state: PreconditionerState, b: float, a: float) -
     return eps / (v_hat.sqrt() + a)
 
 
-class RMSPropSGLD(Kernel):
+def preconditioned_spec(name: str, algorithm: int, rates: list[Param], **declared) -> KernelSpec:
+    """A preconditioned SGLD's declaration: an sgmcmc kernel of reference 000 (its Alg.
+    ``algorithm``) taking SGLD's hyperparameters, the stability constant a, then its EMA
+    ``rates``; ``declared``: the rest of ``kernel_spec``'s (equation, text)."""
+    paper = f"{P000}, Alg. {algorithm}"
+    return kernel_spec(name, "sgmcmc", paper, [*SG, STABILITY, *rates], **declared)
+
+
+class Preconditioned(Kernel):
+    """What RMSProp- and Adam-SGLD share: a per-coordinate step eps_t adapted on minibatches of
+    the raw loss gradient (v starts at 1, t at 0). The metric's divergence term Gamma is
+    dropped, as the papers do (``DROPPED_GAMMA``): the chains sample a biased law, and the bias
+    grows as the step shrinks (module doc)."""
+
+    uses_loss_grad = True  # it adapts on grad L
+    minibatch = True
+    caveats = {"dropped_gamma": DROPPED_GAMMA}
+
+    def start(self, state, target, generator):
+        w = state.position
+        return PreconditionerState(
+            **vars(state), v=torch.ones_like(w), t=w.new_zeros(w.shape[0], 1)
+        )
+
+
+class RMSPropSGLD(Preconditioned):
     """v = b v + (1-b) g^2,  v_hat = v / (1 - b^(t+1)),  eps_t = eps / (sqrt(v_hat) + a),
     Delta w = -(eps_t/2) grad U + sqrt(eps_t) eta                              (Alg. 3).
-    The metric's divergence term Gamma is dropped, as the papers do (``DROPPED_GAMMA``): the
-    chains sample a biased law, and the bias grows as the step shrinks (module doc)."""
+    Gamma dropped, biased as the step shrinks (``Preconditioned``)."""
 
-    SPEC = kernel_spec(
+    SPEC = preconditioned_spec(
         "rmsprop-sgld",
-        "sgmcmc",
-        P000 + ", Alg. 3",
-        [
-            *SG,
-            STABILITY,
-            Param("b", "float", 0.99, "EMA rate b of the squared gradient", *EMA_RATE),
-        ],
+        3,
+        [Param("b", "float", 0.99, "EMA rate b of the squared gradient", *EMA_RATE)],
         equation=aligned(
             r"v_t = b\,v_{t-1} + (1 - b)\,g_t^2,\quad v_{-1} = 1",
             r"\hat v_t = v_t / (1 - b^{\,t+1}),\quad \varepsilon_t = \varepsilon \,/\,"
@@ -82,15 +101,6 @@ class RMSPropSGLD(Kernel):
         "law that a smaller step does not fix: on the benchmark's quadratic (E[nβL] = 1.50) it "
         "gives 1.66 at step 1e-6 and 1.76 at 3e-7. Runs with it carry a warning.",
     )
-    uses_loss_grad = True  # it adapts on grad L
-    minibatch = True
-    caveats = {"dropped_gamma": DROPPED_GAMMA}
-
-    def start(self, state, target, generator):
-        w = state.position
-        return PreconditionerState(
-            **vars(state), v=torch.ones_like(w), t=w.new_zeros(w.shape[0], 1)
-        )
 
     def update(self, state, target, batch, noise):
         e = self.energy(state.position, state, target, batch)

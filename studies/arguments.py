@@ -1,14 +1,17 @@
 """What the studies' command-line arguments share: value parsers (comma-separated numbers and
 names, K=V pairs, a slot count) and the flags every sweep takes (how and where its runs go).
 
-Each study adds its own arguments (``add_arguments``) and reads them (``specs_from_args``);
-``cli.sweeps`` builds the ``sweep`` command from them.
+Each study adds its own arguments (``add_arguments``) and reads them (``specs_from_args``,
+with ``keywords``: its flags passed to its ``specs`` by name); ``cli.sweeps`` builds the
+``sweep`` command from them.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+from collections.abc import Callable
 
 from runs.spec import SpecError
 
@@ -50,6 +53,13 @@ def names(text: str) -> tuple[str, ...]:
     return tuple(s for s in text.replace(" ", "").split(",") if s)
 
 
+def keywords(args: argparse.Namespace, function: Callable, **converted) -> dict:
+    """``function``'s keyword arguments from a study's flags: each parameter a flag of the same
+    name (its dest) sets, and ``converted`` for those read otherwise (lists, negated flags)."""
+    named = inspect.signature(function).parameters
+    return {**{name: getattr(args, name) for name in named if hasattr(args, name)}, **converted}
+
+
 def slots(text: str) -> int:
     """``--slots``: runs at once, at least 1."""
     try:
@@ -59,6 +69,21 @@ def slots(text: str) -> int:
     if count < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1 (at least 1 run), got {text!r}")
     return count
+
+
+def add_pairs(parser: argparse.ArgumentParser, flag: str, help: str | None = None) -> None:
+    """A repeatable ``K=V`` flag (``--target-param a=2 --target-param b=1``), read by ``pairs``."""
+    parser.add_argument(flag, action="append", default=[], metavar="K=V", help=help)
+
+
+def add_step_sizes(parser: argparse.ArgumentParser) -> None:
+    """--step-sizes, required: a grid of step sizes (the dln and calibrate sweeps)."""
+    parser.add_argument(
+        "--step-sizes",
+        dest="step_sizes",
+        required=True,
+        help="comma-separated step sizes (a log grid)",
+    )
 
 
 def add_backend(parser: argparse.ArgumentParser) -> None:

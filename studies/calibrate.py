@@ -197,12 +197,7 @@ def rows(cells: list[dict]) -> dict:
 
 def add_arguments(k: argparse.ArgumentParser) -> None:
     k.add_argument("--nbetas", help="comma-separated nbeta values (default: n / log n)")
-    k.add_argument(
-        "--step-sizes",
-        dest="step_sizes",
-        required=True,
-        help="comma-separated step sizes (a log grid)",
-    )
+    arguments.add_step_sizes(k)
     arguments.add_run(k, arguments.SUBMIT_HELP)
 
 

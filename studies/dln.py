@@ -151,12 +151,7 @@ def add_arguments(k: argparse.ArgumentParser) -> None:
     k.add_argument("--device")
     k.add_argument("--dtype", choices=("float32", "float64"))
     k.add_argument("--json", action="store_true")
-    k.add_argument(
-        "--step-sizes",
-        dest="step_sizes",
-        required=True,
-        help="comma-separated step sizes (a log grid)",
-    )
+    arguments.add_step_sizes(k)
     arguments.add_run(k, arguments.SUBMIT_HELP)
 
 

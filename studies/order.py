@@ -176,13 +176,8 @@ def results(store: Store, sweep: dict) -> dict:
 
 def add_arguments(k: argparse.ArgumentParser) -> None:
     k.add_argument("--target", default="harmonic", help="a potential or network (TATi: harmonic)")
-    k.add_argument(
-        "--target-param",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="the target's parameters (harmonic: a=2 when none is given)",
-    )
+    help_ = "the target's parameters (harmonic: a=2 when none is given)"
+    arguments.add_pairs(k, "--target-param", help_)
     k.add_argument("--samplers", default="gla1,gla2,baoab,sgld")
     k.add_argument("--step-sizes", dest="step_sizes", default="0.125,0.0625,0.03125,0.015625")
     k.add_argument("--observable", choices=ORDER_OBSERVABLES, default="virial")
@@ -195,21 +190,12 @@ def add_arguments(k: argparse.ArgumentParser) -> None:
 
 def specs_from_args(args: argparse.Namespace, base=None) -> tuple[dict, list]:
     step_sizes = arguments.floats(args.step_sizes, "--step-sizes")
-    return specs(
-        target=args.target,
-        target_params=arguments.pairs(args.target_param, "--target-param")
-        or (HARMONIC_DEFAULT if args.target == "harmonic" else {}),
-        samplers=arguments.names(args.samplers),
-        step_sizes=step_sizes,
-        observable=args.observable,
-        beta=args.beta,
-        friction=args.friction,
-        chains=args.chains,
-        steps=args.steps,
-        seed=args.seed,
-        device=args.device,
-        dtype=args.dtype,
+    target_params = arguments.pairs(args.target_param, "--target-param") or (
+        HARMONIC_DEFAULT if args.target == "harmonic" else {}
     )
+    samplers = arguments.names(args.samplers)
+    converted = {"target_params": target_params, "samplers": samplers, "step_sizes": step_sizes}
+    return specs(**arguments.keywords(args, specs, **converted))
 
 
 def print_text(result: dict) -> None:

@@ -221,22 +221,8 @@ def add_arguments(k: argparse.ArgumentParser) -> None:
 
 
 def specs_from_args(args: argparse.Namespace, base=None) -> tuple[dict, list]:
-    return specs(
-        widths=tuple(int(w) for w in arguments.floats(args.widths, "--widths")),
-        depth=args.depth,
-        n=args.n,
-        data=args.data,
-        chains=args.chains,
-        steps=args.steps,
-        warmup=args.warmup,
-        step_size=args.step_size,
-        refresh=args.refresh,
-        mh=not args.skip_mh,
-        target_accept=args.target_accept,
-        seed=args.seed,
-        device=args.device,
-        dtype=args.dtype,
-    )
+    widths = tuple(int(w) for w in arguments.floats(args.widths, "--widths"))
+    return specs(**arguments.keywords(args, specs, widths=widths, mh=not args.skip_mh))
 
 
 def print_text(result: dict) -> None:

@@ -254,30 +254,24 @@ def rows(cells: list[dict]) -> dict:
 
 def add_arguments(k: argparse.ArgumentParser) -> None:
     k.add_argument("--target", default="tanh", help="a target with data and a truth w0")
-    k.add_argument("--target-param", action="append", default=[], metavar="K=V")
+    arguments.add_pairs(k, "--target-param")
     k.add_argument("--ns", default="500,1000,2000,5000", help="comma-separated values of n")
     k.add_argument("--source", default="gamma", help="gamma, gaussian, or both: gamma,gaussian")
-    k.add_argument(
-        "--vi-param",
-        dest="vi_param",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="the fits' options (epochs, prior_mean, prior_variance, lambda0, ...)",
-    )
+    help_ = "the fits' options (epochs, prior_mean, prior_variance, lambda0, ...)"
+    arguments.add_pairs(k, "--vi-param", help_)
     arguments.add_common(k)
 
 
 def specs_from_args(args: argparse.Namespace, base=None) -> tuple[dict, list]:
     return specs(
-        target=args.target,
-        target_params=arguments.pairs(args.target_param, "--target-param"),
-        ns=tuple(int(n) for n in arguments.floats(args.ns, "--ns")),
-        sources=arguments.names(args.source),
-        vi_options=arguments.pairs(args.vi_param, "--vi-param"),
-        seed=args.seed,
-        device=args.device,
-        dtype=args.dtype,
+        **arguments.keywords(
+            args,
+            specs,
+            target_params=arguments.pairs(args.target_param, "--target-param"),
+            ns=tuple(int(n) for n in arguments.floats(args.ns, "--ns")),
+            sources=arguments.names(args.source),
+            vi_options=arguments.pairs(args.vi_param, "--vi-param"),
+        )
     )
 
 

@@ -18,6 +18,15 @@ from .live import run_label
 from .widgets import spec_error
 
 
+def open_page(title: str, caption: str) -> Store:
+    """How every page that runs samplers opens: its title and what it does, then the worker
+    pool started (or found); returns the store its runs go to."""
+    st.title(title)
+    st.caption(caption)
+    ensure_pool()
+    return store()
+
+
 @st.cache_resource
 def _store(home: str) -> Store:
     return Store(home)
