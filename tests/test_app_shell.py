@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 import landscapes
 from runs.pool import supervisor_pid
 from runs.store import Store
+from ui.shell import PAGES
 from ui.widgets import plain
 
 FRONT = [
@@ -96,15 +97,22 @@ DECLARED = [
 
 
 def declared_page_files() -> list[str]:
-    """The files of app.py's st.Page(...) calls, read from its source."""
-    tree = ast.parse((ROOT / "app.py").read_text())
-    return [
-        node.args[0].value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "Page"
-    ]
+    """The files of the shell's pages (``ui.shell.PAGES``, which app.py navigates over)."""
+    return [path for path, _, _ in PAGES]
+
+
+def test_every_page_hands_a_legacy_run_to_the_shell_first():
+    """Each page's first statement after its imports is ``ui.legacy_guard()``: a fresh server's
+    first deep link runs the page file alone (the browser test opens one)."""
+    for path in declared_page_files():
+        body = ast.parse((ROOT / path).read_text()).body
+        first = next(
+            n
+            for n in body
+            if not isinstance(n, ast.Import | ast.ImportFrom | ast.Expr)
+            or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call))
+        )
+        assert ast.unparse(first) == "ui.legacy_guard()", path
 
 
 def test_the_navigation_lists_the_declared_pages_not_the_folders_files(home, monkeypatch):
