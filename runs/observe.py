@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import numpy as np
@@ -31,17 +32,14 @@ TRAIN_REPORT_S = 0.5
 Report = Callable[[dict], bool]  # a training's progress to the run's; True: stop (a cancel)
 
 
-class Observer:
-    """The hooks the run loop calls on an observable, in this order: ``start`` once, before the
-    chains exist; ``annotate`` then ``block`` on every block of steps (on the device, no host
-    sync); ``flush`` with every flush of the records; ``summary`` at the end. ``start``,
-    ``annotate`` and ``flush`` do nothing unless an observable says otherwise; ``block`` and
-    ``summary`` are each observable's own."""
+class Observer(ABC):
+    """An observable, built as ``Observer(spec, target, kernel, store, run_id)``. The run loop
+    calls its hooks in this order: ``start`` once, before the chains exist; ``annotate`` then
+    ``block`` on every block of steps (on the device, no host sync); ``flush`` with every flush
+    of the records; ``summary`` at the end. ``start``, ``annotate`` and ``flush`` do nothing
+    unless an observable says otherwise; ``block`` and ``summary`` are each observable's own."""
 
     needs_positions = False  # every step's position, whether or not the run records them
-
-    def __init__(self, spec: RunSpec, target: Target, kernel: Kernel, store: Store, run_id: str):
-        raise NotImplementedError
 
     def start(
         self, chains: int, device: torch.device, report: Report, position: Tensor | None = None
@@ -53,16 +51,17 @@ class Observer:
         """Per-step arrays [T, C, ...] to record with the block's records: none."""
         return {}
 
+    @abstractmethod
     def block(self, first_step: int, info) -> None:
-        raise NotImplementedError
+        """What it takes from a block of steps, on the device (no host sync)."""
 
-    def flush(self, done: int, state, write: bool = True) -> None:
+    def flush(self, done: int, state, write: bool = True) -> None:  # noqa: B027 (optional hook)
         """Nothing live: what it computes comes at the end (``write`` False: a resumed run
         replaying steps whose rows the store holds)."""
 
+    @abstractmethod
     def summary(self, records: dict[str, np.ndarray]) -> dict:
         """Its result for the run's summary; ``records``: the losses after the burn-in."""
-        raise NotImplementedError
 
 
 class LLCObserver(Observer):
