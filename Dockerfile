@@ -15,8 +15,9 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES
     PYTHONUNBUFFERED=1 BASIN_HOME=/data
 WORKDIR /app
 
-# A C++ compiler: torch.compile builds Basin's compiled steps with it (4-60x faster than eager
-# steps, README). Without one, everything steps eagerly (samplers.compiled.compile_problem).
+# A C++ compiler: torch.compile builds Basin's compiled chunks of steps with it (--compile auto,
+# always, never). Without one, everything steps eagerly, with one warning
+# (samplers.compiled.compile_problem).
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ \
     && rm -rf /var/lib/apt/lists/*

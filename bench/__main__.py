@@ -9,10 +9,10 @@
     python -m bench surface [--repeats 5] [--quick] [--no-record]
     python -m bench app [--repeats 5] [--quick] [--no-record]
     python -m bench faults [--no-record]    # issue 38's bad inputs and faults: the census
-    python -m bench sgrld [--repeats 5] [--quick] [--no-record]  # reference 001's metrics
+    python -m bench sgrld [--repeats 5] [--quick] [--no-record]  # Yu et al.'s SGRLD metrics
     python -m bench eqn [--repeats 5] [--quick] [--jobs 2] [--threads 1] [--no-record]
-    python -m bench reprior [--repeats 5] [--quick] [--no-record]  # reference 002's tables
-    python -m bench vi [--quick] [--no-record]  # reference 004 section 5(C), as sweeps
+    python -m bench reprior [--repeats 5] [--quick] [--no-record]  # Hron et al. 2022: ESS, KL
+    python -m bench vi [--quick] [--no-record]  # the VI paper's Sec. 7 test, small, as sweeps
     python -m bench gpu [--device cpu --quick]  # the GPU path beside the CPU (needs CUDA)
     python -m bench scale [--repeats 3] [--quick]  # README's DLN sweep: local pool vs 2-node Ray
 
@@ -586,7 +586,7 @@ def sgrld_bench(args: argparse.Namespace) -> None:
             "",
             f"## {now()}: sgrld",
             "",
-            f"`python -m bench {shlex.join(sys.argv[1:])}`: reference 001's SGRLD metrics "
+            f"`python -m bench {shlex.join(sys.argv[1:])}`: the SGRLD metrics of Yu et al. "
             "(bench/sgrld.py). Goals (issue 39): Monge within 1.3x of identity's time a step, "
             "Shampoo within 2.5x; the 32 x 2e5 funnel reproduction under 60 s a metric.",
             "",
@@ -616,8 +616,8 @@ def eqn_bench(args: argparse.Namespace) -> None:
             f"({r['timing_s']:.0f} s), then the Fig. 10 study's "
             f"{s['seeds'] * len(bench_eqn.DIMS) * len(bench_eqn.WALKERS)} runs in "
             f"{s['jobs']} processes ({s['wall']:.0f} s). Goals (issue 41): EQN's time a step "
-            "at most 1.5x BAOAB's on the same walkers; Fig. 10 reproduced (reference 003 "
-            "section 5).",
+            "at most 1.5x BAOAB's on the same walkers; Fig. 10 of Heber et al. (2020) "
+            "reproduced.",
             "",
             machine(
                 f"torch {__import__('torch').__version__}, CPU, {args.threads} torch thread(s) "
@@ -658,8 +658,8 @@ def reprior_bench(args: argparse.Namespace) -> None:
             f"{r['total_s']:.0f} s in all: the speed timing first ({r['timing_s']:.0f} s), then "
             f"the ESS study's {len(s['chains'])} runs in-process ({s['wall']:.0f} s), then the "
             f"KL study ({r['kl_s']:.0f} s). Goals (issue 42): Basin's ESS and KL tables beside "
-            "reference 002's (section 5); the repriorised step at most 3x the standard step on "
-            "CPU (the reference measured 1.7-2.9x).",
+            "those of the independent small-scale check (docs/methods/wide-networks.md); the "
+            "repriorised step at most 3x the standard step on CPU (the check measured 1.7-2.9x).",
             "",
             machine(f"torch {__import__('torch').__version__}, CPU, 1 torch thread"),
             "",
@@ -686,9 +686,9 @@ def vi_bench(args: argparse.Namespace) -> None:
             f"`python -m bench {shlex.join(sys.argv[1:])}` (bench/vi.py), {r['total_s']:.0f} s "
             "in all: the n-scans at H = 1, 2, 4 ("
             + ", ".join(f"{w:.0f} s" for w in r["walls"].values())
-            + "). Goals (issue 43): the section 5(C) H = 1 scan (both sources, 6 values of n, "
-            "300 epochs) within 10 minutes on the 2-core machine, in the background with "
-            "progress and ETA; the table beside the paper's (reference 004).",
+            + "). Goals (issue 43): the H = 1 scan (both sources, 6 values of n, 300 epochs; "
+            "docs/methods/vi.md) within 10 minutes on the 2-core machine, in the background with "
+            "progress and ETA; the table beside the paper's Table 2.",
             "",
             machine(f"torch {__import__('torch').__version__}, float64, CPU, 1 thread per fit"),
             "",
@@ -864,12 +864,12 @@ def main() -> None:
     eqn.add_argument("--threads", type=int, default=1, help="torch threads for the timing")
     eqn.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     reprior = sub.add_parser(
-        "reprior", help="wide BNN repriorisation: ESS, KL and step-cost tables vs reference 002"
+        "reprior", help="wide BNN repriorisation: ESS, KL and step-cost tables (Hron et al. 2022)"
     )
     reprior.add_argument("--repeats", type=int, default=5, help="turns of the speed timing")
     reprior.add_argument("--quick", action="store_true", help="short runs, not recorded")
     reprior.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
-    vi_p = sub.add_parser("vi", help="VI via resolution of singularities: reference 004 5(C)")
+    vi_p = sub.add_parser("vi", help="VI via resolution of singularities: the n-scan, small")
     vi_p.add_argument("--quick", action="store_true", help="30 epochs, 3 n, not recorded")
     vi_p.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     scale_p = sub.add_parser("scale", help="README's DLN sweep: local pool vs a 2-node Ray cluster")

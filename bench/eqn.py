@@ -8,14 +8,14 @@
    run); the two kernels take turns, ``repeats`` times; median ms per step and the median of
    each repeat's EQN / BAOAB. Goal (issue 41): EQN / BAOAB <= 1.5 (the paper: ~1.4 with 8
    walkers, ~1.5 with 16).
-2. Fig. 10 of reference 003 (section 3.4.1, settings of section 5 / 7): the IAT of each
-   eigen-direction of L(w) = (1/d) w^T C w, lambda = linspace(1, 100, d), against walkers
-   {1, 8, 16} for d = 4 and d = 64; EQN (BAOAB, step 0.125, friction 1, temperature 1,
-   eta 10, B rebuilt every 1000 steps), 50,000 steps, 10% burn-in, float64, walkers started
-   from exact draws of the target. The IAT of each walker's projection on each eigenvector,
-   averaged over the walkers; mean +- sd over 5 seeds. One walker is plain BAOAB. The
-   position variance per direction against d / (2 lambda). Seeds run in ``jobs`` processes
-   of one torch thread each.
+2. Fig. 10 of Heber et al. (2020) (their Sec. 3.4.1, with the mean-loss convention of
+   docs/methods/tati.md): the IAT of each eigen-direction of L(w) = (1/d) w^T C w, lambda =
+   linspace(1, 100, d), against walkers {1, 8, 16} for d = 4 and d = 64; EQN (BAOAB, step 0.125,
+   friction 1, temperature 1, eta 10, B rebuilt every 1000 steps), 50,000 steps, 10% burn-in,
+   float64, walkers started from exact draws of the target. The IAT of each walker's projection on
+   each eigenvector, averaged over the walkers; mean +- sd over 5 seeds. One walker is plain BAOAB.
+   The position variance per direction against d / (2 lambda). Seeds run in ``jobs`` processes of
+   one torch thread each.
 
 Torch runs on one thread in each process, as ``python -m jobs worker`` runs each run on a CPU
 (runs.worker.default_slots); ``--threads`` changes it for the timing.
@@ -46,7 +46,8 @@ CHUNK = 1000  # steps a kernel.run call while tracing the study's positions
 MLP = {"dataset": "digits", "hidden_sizes": (16,), "prior": "gaussian"}
 MLP_STEP = 0.005  # BAOAB on U = n L + prior (n = 1437): stable over the timing's steps
 OVERHEAD_WALKERS = (8, 16)
-# Reference 003 section 5: its numpy reproduction (slowest direction), and the paper's plot.
+# An independent numpy reproduction (docs/methods/tati.md; slowest direction), and the paper's
+# Fig. 10 read off the plot.
 REFERENCE = {(4, 1): "30.8", (4, 8): "2.5", (4, 16): "1.6", (64, 1): "305", (64, 8): "131"}
 PAPER = {(4, 1): "~30-40", (64, 1): "~400"}
 
@@ -162,7 +163,7 @@ def study_lines(s: dict) -> list[str]:
     lines = [
         f"IAT along the slowest (lambda = 1) and fastest (lambda = 100) eigen-direction, "
         f"mean +- sd over {s['seeds']} seeds of the per-walker IATs' mean; {s['steps']} steps, "
-        f"{BURN:.0%} burn-in. Reference: reference 003 section 5's numpy reproduction "
+        f"{BURN:.0%} burn-in. Reference: an independent numpy reproduction (docs/methods/tati.md) "
         "(slowest direction), the paper's Fig. 10 read off the plot, and the prediction "
         "2 gamma / (omega^2 eps), omega^2 = 2 lambda / d, for one walker. Variance: the "
         "worst relative deviation over the directions of the variance (pooled over walkers, "

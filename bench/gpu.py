@@ -4,9 +4,9 @@ On a CUDA machine it measures, each beside the same work on this machine's CPU:
 
 (a) the engine benchmark's banana cases (bench/cases.py: SGLD, MALA, HMC) at 64 ... 65,536
     chains: chain-steps per second (compiled chunks, as runs step);
-(b) the DLN LLC at the 10K class (widths 50 x 5: d = 10,000) and the 100K class (reference 000's
-    generator, seed 0): an LLC run's SGLD chains (batch 500, paired with w0's batch loss), its
-    steps per second and lambda_hat against the true LLC;
+(b) the DLN LLC at the 10K class (widths 50 x 5: d = 10,000) and the 100K class (Hitchcock &
+    Hoogland's generator, their App. D.1 and Table 1; seed 0): an LLC run's SGLD chains (batch 500,
+    paired with w0's batch loss), its steps per second and lambda_hat against the true LLC;
 (c) a 41 x 41 loss surface of the digits MLP (d = 2410) on two filter-normalised directions;
 (d) the law of a short run's draws: MALA on the banana from its exact sampler's draws (a
     stationary start), 4096 chains x 200 steps on each device; the last draws' KS distance to

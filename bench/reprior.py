@@ -1,5 +1,5 @@
 """``python -m bench reprior``: the repriorisation of wide Bayesian networks (issue 42, items 2
-and 4; reference 002, Hron et al. 2022).
+and 4; Hron et al. 2022, with the method in docs/methods/wide-networks.md).
 
 1. Speed (run first): time a step of reprior-lmc on ntk-fcn, standard against reprior, at
    widths 8, 32, 128 (n = 16, depth 1, 2 chains, float64, CPU, one torch thread). Target and
@@ -9,17 +9,19 @@ and 4; reference 002, Hron et al. 2022).
    (the bare step: gradient, proposal, MH test, adaptation; no records). The whole run's cost a
    step (``execute``: the step plus its records, the ESS observer's projections and, under
    repriorisation, theta = T(phi) for each recorded step) comes from the ESS runs beside it.
-   Goal (issue 42): the repriorised step at most 3x the standard one (the reference: 1.7-2.9x).
-2. ESS (reference 002 section 5's setting): n = 16, depth 1, sigma 0.1, beta 0.1, 1000 warm-up
-   (adapting each chain's step toward acceptance 0.9, kept as burn-in) + 3000 steps with MH,
-   thinning 1, float64; ``studies.reprior.specs`` at widths 8, 32, 128, both
+   Goal (issue 42): the repriorised step at most 3x the standard one (the independent check:
+   1.7-2.9x).
+2. ESS, in the setting of the independent small-scale check (docs/methods/wide-networks.md):
+   n = 16, depth 1, sigma 0.1, beta 0.1, 1000 warm-up (adapting each chain's step toward
+   acceptance 0.9, kept as burn-in) + 3000 steps with MH, thinning 1, float64;
+   ``studies.reprior.specs`` at widths 8, 32, 128, both
    parametrisations, run in-process into a temporary store; the sweep's own results
    (``reprior_results``) and each chain's numbers from the records (Basin's 2 chains of a run
-   stand for the reference's 2 seeds: each chain adapts its own step).
+   stand for the check's 2 seeds: each chain adapts its own step).
 3. KL(q || p) from 1000 prior draws (``studies.wide.kl_table``), n = 32, depth 1 at widths 8 to
    2048 and depth 2 at 8 to 512 (depth 2 at 2048 takes minutes: skipped).
 
-Torch runs on one thread (reference 002 section 5, item 7: with two threads the small Cholesky
+Torch runs on one thread (docs/methods/wide-networks.md: with two threads the small Cholesky
 backward passes were ~10^4 times slower on a 2-core machine).
 """
 
@@ -52,17 +54,18 @@ KL_N, KL_DRAWS, QUICK_KL_DRAWS = 32, 1000, 200
 # width (~3 minutes at 2048); depth 1 at 2048 takes ~2 s
 KL_WIDTHS = {1: (8, 32, 128, 512, 2048), 2: (8, 32, 128, 512)}
 
-# Reference 002 (/work/shared/reference/002-wide-bnn-repriorisation.md), section 5 "Small-scale
-# results [derived]": per width, seed 1 / seed 2 of standard ESS_f, reparam ESS_f, ratio f,
-# ratio theta, and epsilon standard -> reparam; acceptance "about 0.9" for all.
+# The independent small-scale check of Hron et al.'s method (not the paper's numbers; see
+# docs/methods/wide-networks.md): per width, seed 1 / seed 2 of standard ESS_f, reparam ESS_f,
+# ratio f, ratio theta, and epsilon standard -> reparam; acceptance "about 0.9" for all.
 REFERENCE_ESS = {
     8: (".005 / .008", ".019 / .021", "3.8 / 2.7", "2.9 / 2.5", ".023 -> .065"),
     32: (".006 / .008", ".112 / .115", "18 / 15", "26 / 24", ".023 -> .20"),
     128: (".009 / .007", ".140 / .148", "16 / 22", "34 / 40", ".025 -> .28"),
 }
 REFERENCE_ACCEPT = "~0.9"
-# The same section: KL(q || p_phi) from 1000 prior draws at n = 32; std(log Z) 160 -> 2.0 at
-# depth 1 (width 8 -> 2048); the unreparametrised KL(q || p_theta) plateaus at ~3000.
+# The same check: KL(q || p_phi) from 1000 prior draws at n = 32; std(log Z) 160 -> 2.0 at
+# depth 1 (width 8 -> 2048); the unreparametrised KL(q || p_theta) plateaus at ~3000, as
+# Hron et al.'s Prop. 2.3 predicts.
 REFERENCE_KL = {
     1: {8: "289", 32: "52", 128: "22", 512: "7.7", 2048: "1.9"},
     2: {8: "519", 32: "63", 128: "12", 512: "2.9", 2048: "0.96"},
@@ -204,11 +207,12 @@ def ess_lines(s: dict) -> list[str]:
     c, results = s["chains"], s["results"]
     ratios = {r["width"]: r for r in results["ratios"]}
     lines = [
-        f"ESS (reference 002 section 5's setting): n = {N}, depth {DEPTH}, d0 = 4, sigma 0.1, "
-        f"beta 0.1, {s['warmup']} warm-up + {s['steps'] - s['warmup']} steps with MH, "
+        "ESS (the independent check's setting, docs/methods/wide-networks.md): "
+        f"n = {N}, depth {DEPTH}, d0 = 4, sigma 0.1, beta 0.1, {s['warmup']} warm-up + "
+        f"{s['steps'] - s['warmup']} steps with MH, "
         f"thinning 1, float64; one run of {CHAINS} chains per width and parametrisation (the "
         "same phi_0 for both), each chain adapting its own step toward acceptance 0.9. Basin: "
-        "chain 1 / chain 2 (the reference: seed 1 / seed 2), per-step ESS the mean over 50 "
+        "chain 1 / chain 2 (the check: seed 1 / seed 2), per-step ESS the mean over 50 "
         "random projections; the ratio columns pair chain c of reprior with chain c of "
         "standard, then (in brackets) the ratio of the run's means (``reprior_results``); "
         "step: the mean over chains.",
@@ -228,7 +232,7 @@ def ess_lines(s: dict) -> list[str]:
             f"{std['accept'].mean():.3f} / {rep['accept'].mean():.3f} |"
         )
         ref = REFERENCE_ESS[width]
-        lines.append(f"| {width} | ref. 002 | " + " | ".join(ref) + f" | {REFERENCE_ACCEPT} |")
+        lines.append(f"| {width} | check | " + " | ".join(ref) + f" | {REFERENCE_ACCEPT} |")
     lines += [
         "",
         "As the sweep reports them (``studies.reprior.results``: per-step ESS min / mean / "
@@ -247,7 +251,7 @@ def ess_lines(s: dict) -> list[str]:
             f"{mmm(row['ess']['f'])} | {row['acceptance']:.3f} | {row['step']:.3g} | "
             f"{_pair(per['step'])} | {per['diverged']} | {row['seconds']:.1f} |"
         )
-    lines += ["", "Reference 002's suggested checks (section 5, the slow ESS test):", ""]
+    lines += ["", "The suggested checks (the slow ESS test, docs/methods/wide-networks.md):", ""]
     lines += [f"- {text}: {'pass' if ok else 'FAIL'}" for text, ok in ess_checks(s)]
     return lines
 
@@ -316,7 +320,7 @@ def kl_lines(rows: list[dict], draws: int) -> list[str]:
             f"{r['standard']:.4g} | {REFERENCE_KL_STANDARD} | {r['log_z_std']:.3g} | "
             f"{REFERENCE_LOG_Z_STD.get((d, w), '-')} | {r['seconds']:.1f} |"
         )
-    lines += ["", "Reference 002's suggested KL checks (widths 8, 32, 128, 512):", ""]
+    lines += ["", "The suggested KL checks (widths 8, 32, 128, 512):", ""]
     for depth in KL_WIDTHS:
         mine = {r["width"]: r for r in rows if r["depth"] == depth}
         phi = [mine[w]["reprior"] for w in (8, 32, 128, 512)]

@@ -1,4 +1,4 @@
-"""``python -m bench sgrld``: reference 001's SGRLD metrics, timed and reproduced.
+"""``python -m bench sgrld``: the SGRLD metrics of Yu et al., timed and reproduced.
 
 1. Speed: steps per second of each metric against identity's on the softplus funnel (32 chains,
    eager and compiled) and on the digits MLP (64-50-50-10, gaussian prior, batch 100, 8 chains,
@@ -156,8 +156,8 @@ def table_lines(speed_rows, funnel_rows, digits_rows) -> list[str]:
         cols = funnel.COLUMNS
         lines += [
             "",
-            "Funnel reproduction (reference 001 section 2.1 protocol, `python -m jobs run`; "
-            "Basin row, then the paper's reproduced row):",
+            "Funnel reproduction (Yu et al.'s Sec. 4.2 protocol, `python -m jobs run`; "
+            "Basin row, then the row reproduced from the authors' code, docs/methods/sgrld.md):",
             "",
             "| metric | s (wall) | compiled | " + " | ".join(cols) + " |",
             "|---|---:|---|" + "---:|" * len(cols),

@@ -1,4 +1,5 @@
-"""``python -m bench vi``: reference 004 section 5(C) on the tanh network, as a user runs it.
+"""``python -m bench vi``: the VI paper's Sec. 7 experiment, small, on the tanh network (the
+scaled-down test of docs/methods/vi.md), as a user runs it.
 
 Each n-scan is ``python -m jobs sweep vi`` in a subprocess with a fresh store: the background
 worker pool (one single-threaded fit per core), nested data (the first n points of one
@@ -28,13 +29,13 @@ from samplers import vi
 NS, QUICK_NS = (500, 1000, 1500, 2000, 3000, 5000), (500, 1500, 5000)
 EPOCHS, QUICK_EPOCHS = 300, 30
 HIDDEN = (1, 2, 4)
-PRIOR = (5.0, 10.0)  # reference 004's (5, 100) is (mean, variance)
+PRIOR = (5.0, 10.0)  # the VI paper's (5, 100) is (mean, variance)
 GOAL_S = 600.0  # issue 43: the H = 1 scan within 10 minutes on the 2-core machine
 LZ_SEEDS = tuple(range(10))  # the exact log Z_bar slope over datasets (quadrature only: cheap)
 SOURCES = ("gamma", "gaussian")
 NAMES = {"gamma": "nf_gamma_500_1_100", "gaussian": "nf_gaussian_5_5e-2"}
 POLL_S = 5.0
-# Reference 004 section 3, Table 2 (tanh, w0 = 0, prior (5, 100), n = 5000, mean +- sd over 10
+# The VI paper's Table 2 (tanh, w0 = 0, prior (5, 100), n = 5000, mean +- sd over 10
 # runs, 2000 epochs): the mu0 = 5 rows, nf_gamma_500_1_100_True and nf_gaussian_5_5e-2.
 PAPER = {
     576: ("-6842.81 +- 199.32", "-10974.67 +- 4667.23"),
@@ -99,7 +100,7 @@ def eta_error(s: dict) -> str:
 
 
 def checks(scans: list[dict]) -> list[str]:
-    """Reference 004 section 5(C)'s checks on every scan: Psi finite, Psi <= log Z_bar (+ 3
+    """The checks of docs/methods/vi.md on every scan: Psi finite, Psi <= log Z_bar (+ 3
     Monte Carlo SEs) where it is known, the objective improved (the verdicts' not_improving),
     and nf_gamma >= nf_gaussian at mu0 = 5, a row failing only beyond 2 combined SEs."""
     cells = [(s["hidden"], c) for s in scans for c in s["result"]["cells"]]
@@ -202,8 +203,8 @@ def scan_lines(scans: list[dict], ns, epochs: int, lz_slopes: list[float]) -> li
     h1 = next(s for s in scans if s["hidden"] == 1)
     g1 = h1["result"]["slopes"]["gamma"]
     lines += [
-        "Checks of section 5(C), computed: " + "; ".join(checks(scans)) + f"; the H = 1 slope "
-        f"of nf_gamma in [0.4, 1.0] (an upper bound on lambda = 0.5; the reference's suggested, "
+        "Checks (docs/methods/vi.md), computed: " + "; ".join(checks(scans)) + "; the H = 1 "
+        "slope of nf_gamma in [0.4, 1.0] (an upper bound on lambda = 0.5; a suggested, "
         f"unvalidated band): {_f(g1['slope'], '.3f')}, "
         f"{'in' if 0.4 <= g1['slope'] <= 1.0 else 'outside'} the band.",
         "",
@@ -215,7 +216,7 @@ def scan_lines(scans: list[dict], ns, epochs: int, lz_slopes: list[float]) -> li
         f"H = 1 wall time {h1['wall']:.0f} s; goal (issue 43) <= {GOAL_S:.0f} s: "
         f"{'met' if h1['wall'] <= GOAL_S else 'missed'}.",
         "",
-        "The paper's numbers (reference 004 section 3, Table 2: tanh, w0 = 0, prior (5, 100), "
+        "The paper's numbers (its Table 2: tanh, w0 = 0, prior (5, 100), "
         "n = 5000, 2000 epochs, mean +- sd over 10 runs) are at H = 576 and 1024, d = 1152 and "
         "2048: not reproducible on this machine and not comparable with the small H above (Psi "
         "scales with d). The mu0 = 5 rows, for context:",

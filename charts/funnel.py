@@ -1,4 +1,4 @@
-"""The funnel experiment's figure (reference 001, Figure 2): draws over log p contours beside
+"""The funnel experiment's figure (Yu et al., Fig. 2): draws over log p contours beside
 the histogram of the neck v against its true density.
 
 Pure: numpy arrays in, a plotly Figure out. The grid is as ``charts.runs.density_figure`` takes

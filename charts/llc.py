@@ -1,5 +1,5 @@
 """LLC figures: the live estimate, training and chain traces, the calibration grid and the DLN
-benchmark's plots (reference 000, Figs 3 and 5-8).
+benchmark's plots (Hitchcock & Hoogland 2025, Figs. 3 and 5-8).
 
 Inputs are what the store and ``studies`` hand out: arrays with chains on the last axis
 (NaN for a chain that diverged or before the burn-in ends), calibration cells and DLN metrics
@@ -313,7 +313,8 @@ def _calibration_cell(
 
 
 # ---------------------------------------------------------------------------------------------
-# DLN benchmark (reference 000, Figs 3, 5-8): ``metrics`` rows of ``studies.dln.results``.
+# DLN benchmark (Hitchcock & Hoogland 2025, Figs. 3, 5-8): ``metrics`` rows of
+# ``studies.dln.results``.
 
 
 def _note_when_empty(fig: go.Figure, note: str) -> go.Figure:

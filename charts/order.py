@@ -1,4 +1,4 @@
-"""The integrator-order study's figure (TATi, reference 003, Figs. 2-4): the relative error of
+"""The integrator-order study's figure (TATi: Heber et al. 2020, Figs. 2-4): the relative error of
 <virial> or <K> against the step size on log-log axes, one colour per integrator, with each
 one's fitted line and slope, and guide lines of slope 1 and 2.
 

@@ -1,5 +1,6 @@
-"""Figures of the variational n-scan (reference 004): each fit's objective against its epochs,
-and -Psi against log n with the fitted slope beside the exact -log Z_bar and the true lambda.
+"""Figures of the variational n-scan (the VI paper; docs/methods/vi.md): each fit's objective
+against its epochs, and -Psi against log n with the fitted slope beside the exact -log Z_bar and the
+true lambda.
 
 Inputs are what ``studies.vi_scan.results`` returns: cells (n, source, status, psi, psi_se,
 log_z_bar, curve {"epoch", "objective"} or None), slopes {source: {slope, slope_se, intercept}

@@ -1,6 +1,6 @@
-"""Figures of the repriorisation study (Hron et al., reference 002): per-step ESS against width
-(Fig. 7 left), acceptance and adapted step per cell, posterior slices in theta and in phi
-(Fig. 5), and the KL of the posterior from the prior against width (section 5).
+"""Figures of the repriorisation study (Hron et al. 2022): per-step ESS against width (Fig. 7 left),
+acceptance and adapted step per cell, posterior slices in theta and in phi (Fig. 5), and the KL of
+the posterior from the prior against width (their Thm 2.1; docs/methods/wide-networks.md).
 
 Inputs are what ``studies.reprior.results`` (cells: width, parametrisation, status, ess
 {"theta", "f": {min, mean, max, draws} or None}, acceptance, step), ``studies.wide.slices`` and

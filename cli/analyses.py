@@ -1,6 +1,6 @@
 """The commands that compute in this process: ``surface`` (the loss surface around a run's
-trajectory, ``studies.surface``) and ``wide`` (reference 002's KL from prior draws and posterior
-slices, ``studies.wide``)."""
+trajectory, ``studies.surface``) and ``wide`` (Hron et al. 2022: the KL from prior draws and
+posterior slices, ``studies.wide``)."""
 
 from __future__ import annotations
 
@@ -53,8 +53,9 @@ def cmd_surface(args: argparse.Namespace, store: Store) -> int:
 
 
 def cmd_wide(args: argparse.Namespace, store: Store) -> int:
-    """Reference 002's two in-process studies: the KL from prior draws by width, and posterior
-    slices through a run's last draw in theta and in phi (what the Wide networks page shows)."""
+    """The two in-process studies of wide networks (Hron et al. 2022): the KL from prior draws by
+    width, and posterior slices through a run's last draw in theta and in phi (what the Wide
+    networks page shows)."""
     import numpy as np
 
     from landscapes import ParamError
@@ -63,7 +64,7 @@ def cmd_wide(args: argparse.Namespace, store: Store) -> int:
 
     if args.study == "kl":
         widths = tuple(int(w) for w in floats(args.widths, "--widths"))
-        with torch_threads(1):  # n x n factorisations: one thread (reference 002 section 5)
+        with torch_threads(1):  # n x n factorisations: one thread (docs/methods/wide-networks.md)
             try:
                 rows = wide.kl_table(widths, args.depth, args.n, args.draws, args.data, args.seed)
             except ParamError as exc:
@@ -133,7 +134,7 @@ def add_parsers(sub) -> None:
     surf.add_argument("--out", help="write the arrays to this .npz")
     surf.add_argument("--json", action="store_true")
     wide_parser = sub.add_parser(
-        "wide", help="wide networks (reference 002): KL from prior draws, posterior slices"
+        "wide", help="wide networks (Hron et al. 2022): KL from prior draws, posterior slices"
     )
     kinds = wide_parser.add_subparsers(dest="study", required=True)
     kl = kinds.add_parser("kl", help="KL(q || p) in phi and in theta by width, prior draws")

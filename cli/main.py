@@ -12,13 +12,13 @@
     python -m jobs sweep order --target harmonic --samplers gla1,gla2 --step-sizes 0.25,0.125 \\
         --observable virial --json                   # TATi's integrator-order study, slopes
     python -m jobs sweep reprior --widths 8,32,128   # repriorised vs standard ESS by width
-    python -m jobs wide kl --widths 8,32,128,512 | wide slices ID   # reference 002's studies
+    python -m jobs wide kl --widths 8,32,128,512 | wide slices ID   # wide networks: Hron et al.
     python -m jobs sweep dln --class tiny --problems 16 --samplers sgld,rmsprop-sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --steps 5000 --json      # the DLN benchmark
     python -m jobs sweep calibrate --target dln ... --sampler sgld \\
         --step-sizes 1e-8,1e-7,1e-6 --nbetas 100,1000 --json  # step size x nbeta grid
     python -m jobs run --kind vi --target tanh --target-param n=500 --vi-param epochs=100
-                                                 # a variational fit (reference 004)
+                                                 # a variational fit (docs/methods/vi.md)
     python -m jobs sweep vi --target tanh --target-param hidden=1 --ns 500,1000,2000,5000 \
         --source gamma --json                    # the n-scan: -Psi against log n, its slope
     python -m jobs sweep show ID [--json] | sweep list | sweep delete ID

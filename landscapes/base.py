@@ -221,7 +221,7 @@ class Target(ABC):
     no prior term); targets with another prior override ``has_prior``, ``prior_energy`` and
     ``prior_grad``.
     ``gradient_noise``: sigma of the N(0, sigma^2 I) noise added to a potential's gradient in
-    stochastic-gradient kernels (reference 001's funnel protocol uses 1): a potential's
+    stochastic-gradient kernels (Yu et al.'s funnel protocol, Sec. 4.2, uses 1): a potential's
     "minibatch" is that noise's draw, so exact-gradient kernels (MH, ULA) never see it.
     Optional truths (None or empty where not known): ``exact_sample(generator, C)``,
     ``marginals`` (coordinate index -> closed-form 1-D log-density), ``log_z`` (so that

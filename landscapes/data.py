@@ -4,7 +4,7 @@ Generated data (DLN, RRR, tanh, polynomial, two clusters, moons) draws the train
 set from the same law; the test set has max(1, n // 4) points and there is no validation set. The
 digits are sklearn's bundled 8x8 images (no network access needed), scaled to [0, 1] and split
 80/20 with the seed; with fewer than the 1437 training images, the images between the n used and
-the split are the validation set (reference 001 section 2.2: a train/val/test split).
+the split are the validation set (Yu et al. App. A.5: a train/val/test split).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The two directions of a loss-landscape plane (TATi, ref. 003 §2): principal components of a
-sampler's trajectory, filter-normalised random directions, or the Hessian's extreme
-eigenvectors. Nothing here forms a d x d matrix: the PCA is an SVD of the (points x d)
-trajectory, and Hessian eigenvectors come from Lanczos (ARPACK) on Hessian-vector products.
+"""The two directions of a loss-landscape plane (TATi: Heber et al. 2020, Sec. 3.2): principal
+components of a sampler's trajectory, filter-normalised random directions, or the Hessian's extreme
+eigenvectors. Nothing here forms a d x d matrix: the PCA is an SVD of the (points x d) trajectory,
+and Hessian eigenvectors come from Lanczos (ARPACK) on Hessian-vector products.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Deep linear networks (the local-sampling benchmark's DLNs, reference 000) and reduced-rank
-regression: f(x) = W_M ... W_1 x, whose true LLC is Aoyagi's formula."""
+"""Deep linear networks (the DLNs of Hitchcock & Hoogland's local-sampling benchmark) and
+reduced-rank regression: f(x) = W_M ... W_1 x, whose true LLC is Aoyagi's formula."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def reduce_rank(weight: Tensor, keep: int, g: torch.Generator) -> Tensor:
 
 
 # Table 1 of the benchmark (M_min, M_max, H_min, H_max), plus two small classes for CPUs
-# (reference 000, section 7: d ~ 130 (tiny) and ~ 560 (small) on average).
+# (docs/methods/local-sampling.md: d ~ 130 (tiny) and ~ 560 (small) on average).
 SIZE_CLASSES = {
     "tiny": (2, 4, 3, 10),
     "small": (2, 5, 5, 20),
@@ -203,7 +203,7 @@ def dln_facts(
 def make_dln(
     widths: tuple[int, ...] | None, rank: int | None, size_class: str, n: int, seed: int
 ) -> DeepLinear:
-    """Seed-000 DLN: X ~ U[-10, 10]^H0, Y = W0 X + N(0, 1/4 I)."""
+    """A seeded DLN (Hitchcock & Hoogland App. D.1): X ~ U[-10, 10]^H0, Y = W0 X + N(0, 1/4 I)."""
     dln_widths(widths, rank, size_class, n, seed)  # every size checked before any allocation
     g = torch_generator(seed)
     widths, layers = dln_truth(widths, rank, size_class, g)

@@ -1,5 +1,5 @@
 """Multilayer perceptrons on a dataset (moons, digits, ...), with an optional Gaussian or
-horseshoe prior (reference 001), and their loss on a plane of a landscape surface."""
+horseshoe prior (Yu et al. Sec. 4.3), and their loss on a plane of a landscape surface."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def equal_runs(values: list[float], most: int) -> list[tuple[int, int]]:
 
 
 PRIORS = ("none", "gaussian", "horseshoe")
-PRIOR_WEIGHT_SCALE = 1.41  # sigma_w = 1.41 / sqrt(fan_in) (reference 001 section 2.2 [code])
+PRIOR_WEIGHT_SCALE = 1.41  # sigma_w = 1.41 / sqrt(fan_in) (Yu et al.'s code; docs/methods/sgrld.md)
 PRIOR_BIAS_STD = 1.0  # sigma_b
 HORSESHOE_START = math.log(math.e - 1)  # softplus^-1(1): every scale starts at lambda = 1
 LOG_2PI = math.log(2 * math.pi)
@@ -57,7 +57,7 @@ LOG_2PI = math.log(2 * math.pi)
 class MLP(Network):
     """Fully connected network; parameters named like torch.nn.Sequential of Linear layers.
 
-    With a ``prior`` (reference 001 section 2.2) the target is a Bayesian posterior at
+    With a ``prior`` (Yu et al. Sec. 4.3) the target is a Bayesian posterior at
     temperature 1: nbeta = n, so U = n L + prior_energy = -log p(X, theta) (the energy includes
     the prior's normalising constants, so it is that log density exactly). ``gaussian``: each
     tensor t ~ N(0, sigma_t^2), sigma_t = 1.41 / sqrt(fan_in) for weights and 1 for biases.
@@ -219,9 +219,9 @@ class MLP(Network):
         return total / self.n
 
     def initial(self, generator: torch.Generator, chains: int) -> Tensor:
-        """torch.nn.Linear's default: weights and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in));
-        with a prior, He's (reference 001): weights ~ N(0, 2 / fan_in), biases 0 and a
-        horseshoe's scales at lambda = 1."""
+        """torch.nn.Linear's default: weights and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)); with
+        a prior, He's (as Yu et al.'s code; docs/methods/sgrld.md): weights ~ N(0, 2 / fan_in),
+        biases 0 and a horseshoe's scales at lambda = 1."""
         if self.prior != "none":
             return self._he_initial(generator, chains)
         parts = []

@@ -1,4 +1,4 @@
-"""A wide Bayesian network in the NTK parametrisation, and its repriorisation (reference 002).
+"""A wide Bayesian network in the NTK parametrisation, and its repriorisation (Hron et al. 2022).
 
 Every entry of the flat vector has the prior N(0, 1) at any width; the sigma multipliers live in
 the forward pass: h1 = sigma_w W1 x / sqrt(d0) + sigma_b b1, h(l+1) = sigma_w W(l+1) phi(h_l) /
@@ -16,7 +16,7 @@ G = Psi^T Psi + lambda I = L L^T,
 so for lambda = sigma^2 the readout's conditional posterior in phi is exactly N(0, I) whatever
 the hidden layers: a wide network's posterior in phi is close to its prior. The position a
 kernel moves is phi; ``original`` gives theta, which is what runs record. Everything runs in the
-target's dtype (float64 is what the reference recommends: float32 shifted acceptances by 2-5
+target's dtype (float64: Hron et al. 2022, Sec. 4.1.3, saw float32 shift acceptances by 2-5
 points).
 """
 
@@ -34,7 +34,7 @@ from .base import Batch, ParamError
 from .data import DIGITS_TRAIN, Dataset, digits, torch_generator
 from .networks import Network, check_data_size, check_dim, network_facts
 
-SIGMA_W, SIGMA_B = math.sqrt(2.0), 0.1  # hidden layers [code defaults of reference 002]
+SIGMA_W, SIGMA_B = math.sqrt(2.0), 0.1  # hidden layers (Hron et al.'s code defaults)
 SIGMA_W_OUT, SIGMA_B_OUT = 1.0, 0.1  # the readout: roughly unit prior output variance
 PARAMETRISATIONS = ("standard", "reprior")
 DATA = ("synthetic", "digits")
@@ -268,7 +268,7 @@ class NTKFCN(Network):
             chains, self.dim, generator=generator, device=generator.device, dtype=self.dtype
         )
 
-    # -- the KL diagnostic from prior draws (reference 002 section 5, item 6) ---------------
+    # -- the KL diagnostic from prior draws (docs/methods/wide-networks.md) ------------------
     def prior_kl(self, draws: int, generator: torch.Generator) -> dict[str, float]:
         """KL(q || p) of the posterior from the prior q, estimated from ``draws`` prior draws
         of the hidden layers, in phi (``reprior``: the Jensen gap log E_q[Z] - E_q[log Z] of the
@@ -321,8 +321,9 @@ def weight_chains(params: dict[str, Tensor]) -> int:
 def synthetic(n: int, inputs: int, noise: float, seed: int) -> Dataset:
     """y = sin(u^T x) + noise N(0, 1), x ~ N(0, I_inputs), u = 1 / sqrt(inputs) (so u^T x ~
     N(0, 1)): a smooth 1-D regression; SYNTHETIC_TEST test points from the same law. (With
-    sin(2 u^T x) the KL of section 5 fell only 5x from width 8 to 512 at depth 1, 143 -> 27;
-    with this one 108 -> 0.6, as the reference's 289 -> 7.7.)"""
+    sin(2 u^T x) the KL from prior draws fell only 5x from width 8 to 512 at depth 1, 143 -> 27;
+    with this one 108 -> 0.6, as the independent check's 289 -> 7.7 in
+    docs/methods/wide-networks.md.)"""
     g = torch_generator(seed)
     x = torch.randn(n + SYNTHETIC_TEST, inputs, generator=g, dtype=torch.float64)
     mean = torch.sin(x.sum(1, keepdim=True) / math.sqrt(inputs))

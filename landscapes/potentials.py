@@ -2,7 +2,7 @@
 
 Each potential's ``loss`` is its energy U(w) = -log p(w) up to the constant ``log_z``; it is
 sampled with nbeta = 1. The teaching potentials use the MCMC Interactive Gallery's definitions;
-the funnels follow Neal (2003) and the SGRLD paper (reference 001). Gradients are analytic and
+the funnels follow Neal (2003) and the SGRLD paper (Yu et al., Sec. 4.2). Gradients are analytic and
 tested against autograd.
 """
 

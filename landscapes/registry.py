@@ -33,11 +33,11 @@ from .potentials import (
 from .singular import make_polynomial, make_tanh, polynomial_facts, tanh_facts
 
 GALLERY = "MCMC Interactive Gallery (C. Feng); exact definitions"
-P000 = "000 Hitchcock & Hoogland, local posterior sampling benchmark"
-P001 = "001 Yu et al., SGRLD in non-diagonal metrics"
-P003 = "003 Heber et al., TATi"
-P002 = "002 Hron et al., wide BNNs have a simple weight posterior"
-P004 = "004 VI via resolution of singularities"
+P000 = "Hitchcock & Hoogland (2025), local posterior sampling benchmark"
+P001 = "Yu et al., SGRLD in non-diagonal metrics (TMLR)"
+P003 = "Heber et al. (2020), TATi"
+P002 = "Hron et al. (2022), wide BNNs have a simple weight posterior"
+P004 = "Variational inference via resolution of singularities (ICLR submission)"
 
 SQUARED = (
     "Loss (loss_convention=sum, the benchmark paper's): squared error summed over outputs, "
@@ -330,7 +330,7 @@ SPECS = [
                 "prior",
                 "choice",
                 "none",
-                "Bayesian prior (reference 001): none, gaussian (sigma_w = 1.41/sqrt(fan_in), "
+                "Bayesian prior (as in Yu et al.): none, gaussian (sigma_w = 1.41/sqrt(fan_in), "
                 "sigma_b = 1) or horseshoe (per-tensor scale lambda ~ HalfCauchy(0, 1), sampled "
                 "jointly)",
                 choices=PRIORS,

@@ -1,4 +1,5 @@
-"""Loss-landscape surfaces: the loss over a 2-D affine slice of parameter space (TATi, ref. 003 §2).
+"""Loss-landscape surfaces: the loss over a 2-D affine slice of parameter space (TATi: Heber et
+al. 2020, Sec. 3.2).
 
 Take the trajectory a sampler walked, find two directions v0, v1 (principal components of the
 trajectory, filter-normalised random directions, or top Hessian eigenvectors), and evaluate the

@@ -2,7 +2,8 @@
 tested against. Pure Python with exact rational arithmetic; returns (float lambda, int m).
 
 - Deep linear networks: Aoyagi (2024, Thm 1) as stated in the local-sampling benchmark
-  (reference 000, Thm 3.4), with condition 3 using "min" (the paper's "max" is a typo).
+  (Hitchcock & Hoogland 2025, Thm 3.4), with condition 3 using "min" (the paper's "max" is a
+  typo; corrected in docs/methods/local-sampling.md).
 - Reduced-rank regression: Aoyagi & Watanabe (2005), four cases.
 - Normal crossings: lambda_j = (h_j + 1) / (2 k_j); product -> min, sum -> sum of the parts.
 - One-input tanh networks at the zero truth: Aoyagi & Watanabe (2006).
@@ -126,7 +127,8 @@ def normal_crossing_llc_at(
         edges = sorted({0.0, *(min(c * scale, 12 * s) for c in (1, 3)), min(s, 12 * s), 12 * s})
         with warnings.catch_warnings():
             # quad may report round-off on the far tail pieces, whose values are ~1e-30; the
-            # results agree with reference 004's table to its 4 printed digits (tests).
+            # results agree with the quadrature table of docs/methods/vi.md to its 4 printed digits
+            # (tests).
             warnings.simplefilter("ignore", integrate.IntegrationWarning)
             return sum(
                 integrate.quad(f, a, b, limit=200, epsabs=0, epsrel=1e-10)[0]

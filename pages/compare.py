@@ -64,8 +64,8 @@ def walkers_param(name: str) -> Param:
 
 
 def eqn_vs_baoab() -> None:
-    """Where EQN's point shows (reference 003 Fig. 10): a stretched, rotated Gaussian, and plain
-    BAOAB beside EQN at the same step size."""
+    """Where EQN's point shows (Heber et al. 2020, Fig. 10): a stretched, rotated Gaussian, and
+    plain BAOAB beside EQN at the same step size."""
     st.session_state.update(
         {
             "cmp.target_name": "gaussian",

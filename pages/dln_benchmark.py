@@ -1,4 +1,4 @@
-"""DLN benchmark: the local-sampling benchmark of reference 000 on generated deep linear networks.
+"""DLN benchmark: Hitchcock & Hoogland's local-sampling benchmark on generated deep linear networks.
 
 K problems x samplers x step sizes, one LLC run each from the generating point (whose true LLC
 is Aoyagi's formula), fanned out over the workers by ``studies.dln``; the paper's plots fill in
@@ -33,8 +33,8 @@ MAX_STEP_SIZES = 12
 
 store = ui.open_page(
     "DLN benchmark",
-    "The local-sampling benchmark (reference 000): LLC estimates on generated deep linear "
-    "networks, whose true LLC is known, across samplers and step sizes.",
+    "The local-sampling benchmark of Hitchcock & Hoogland (2025): LLC estimates on generated deep "
+    "linear networks, whose true LLC is known, across samplers and step sizes.",
 )
 
 # ---------------------------------------------------------------------------------------------

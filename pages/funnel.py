@@ -1,6 +1,6 @@
-"""Funnel: reference 001's headline experiment, live. SGRLD in each metric on the softplus funnel
-(x | v ~ N(2, softplus(v)), v ~ N(0, 80)) with N(0, 1) gradient noise, every chain from (1, 1),
-at the paper's step sizes: how far down the neck does each metric get?
+"""Funnel: the SGRLD paper's headline experiment (Yu et al., Sec. 4.2), live. SGRLD in each metric
+on the softplus funnel (x | v ~ N(2, softplus(v)), v ~ N(0, 80)) with N(0, 1) gradient noise, every
+chain from (1, 1), at the paper's step sizes: how far down the neck does each metric get?
 
 Widgets -> one RunSpec per metric (``studies.funnel.spec``, one seed and budget) -> ui.submit; their
 records -> charts: per metric the draws over log p contours beside v's histogram against
@@ -51,9 +51,10 @@ HEIGHT = 380
 
 store = ui.open_page(
     "The funnel: SGRLD's metrics in the neck",
-    "Reference 001's headline experiment: SGRLD on the softplus funnel from (1, 1), the gradient "
-    "blurred by N(0, 1) noise, each metric at the paper's step size. The neck (v ≪ 0) is where "
-    "x's variance softplus(v) vanishes and the gradient grows: does a metric get there?",
+    "The headline experiment of the SGRLD paper (Yu et al., Sec. 4.2): SGRLD on the softplus "
+    "funnel from (1, 1), the gradient blurred by N(0, 1) noise, each metric at the paper's step "
+    "size. The neck (v ≪ 0) is where x's variance softplus(v) vanishes and the gradient grows: "
+    "does a metric get there?",
 )
 
 chosen = st.multiselect(
@@ -270,12 +271,12 @@ latex, text = explain("sgrld")
 st.latex(latex)
 st.markdown(text)
 st.markdown(
-    "**The protocol** (reference 001, section 2.1): log p is the softplus funnel's with μ = 2 and "
-    "σ² = 80 (softplus(v) is x's variance); the gradient gets N(0, 1) noise added; every chain "
-    "starts at (1, 1); the step sizes are the paper's (identity h = 0.001; rmsprop 0.0025 with "
-    "λ = 0.995, ε = 0; monge 0.003 with α² = 0.1, λ = 0.7; shampoo 0.003 with λ = 0.9995, "
-    "ε = 1e-6). The paper ran 1 chain × 2e6 steps and kept them all; 32 chains × 2e5 steps "
-    "with a 10% burn-in reproduce its statistics, and its rows in the table are the authors' "
-    "code rerun. The contours are log p = −10, −7.5, −5, −2.5, as in its Figure 2. wenzel was "
-    "not in the paper's funnel experiment: it starts at identity's step."
+    "**The protocol** (Yu et al., Sec. 4.2 and App. A.4): log p is the softplus funnel's with μ = "
+    "2 and σ² = 80 (the authors' code; softplus(v) is x's variance); the gradient gets N(0, 1) "
+    "noise added; every chain starts at (1, 1); the step sizes are the paper's (identity h = "
+    "0.001; rmsprop 0.0025 with λ = 0.995, ε = 0; monge 0.003 with α² = 0.1, λ = 0.7; shampoo "
+    "0.003 with λ = 0.9995, ε = 1e-6). The paper ran 1 chain × 2e6 steps and kept them all; 32 "
+    "chains × 2e5 steps with a 10% burn-in reproduce its statistics, and its rows in the table are "
+    "the authors' code rerun. The contours are log p = −10, −7.5, −5, −2.5, as in its Figure 2. "
+    "wenzel was not in the paper's funnel experiment: it starts at identity's step."
 )

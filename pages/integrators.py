@@ -1,4 +1,4 @@
-"""Integrators: TATi's order study for class (reference 003, Figs. 2-4). Pick a potential, the
+"""Integrators: TATi's order study for class (Heber et al. 2020, Figs. 2-4). Pick a potential, the
 Langevin integrators and step sizes; each (integrator, step) is one run of many chains whose
 <virial> or <K> is compared with its exact value (d T, d T / 2), fanned out over the workers by
 ``studies.order``; the log-log error lines and their fitted slopes appear as runs finish.
@@ -32,7 +32,7 @@ MAX_CELLS = 40  # a class waits for these: minutes on a 2-core machine at the de
 store = ui.open_page(
     "Integrators",
     "How fast does each Langevin integrator's bias vanish as the step shrinks? TATi's order "
-    "study (reference 003, Figs. 2–4): the error of ⟨w·∇U⟩ or ⟨K⟩ against the step size h.",
+    "study (Heber et al. 2020, Figs. 2–4): the error of ⟨w·∇U⟩ or ⟨K⟩ against the step size h.",
 )
 
 c1, c2 = st.columns(2)

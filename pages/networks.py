@@ -1,6 +1,7 @@
-"""Networks & LLC: the local learning coefficient of a network at a trained point w0, live, a
-step size x nbeta calibration grid that says which settings to trust, and the variational free
-energy's n-scan (reference 004), whose slope bounds the learning coefficient from above.
+"""Networks & LLC: the local learning coefficient of a network at a trained point w0, live, a step
+size x nbeta calibration grid that says which settings to trust, and the variational free energy's
+n-scan (VI via resolution of singularities; docs/methods/vi.md), whose slope bounds the learning
+coefficient from above.
 
 Widgets -> RunSpec (observables ["llc"]) -> ui.submit; the store's "flushes" series (one row
 per flush: running LLC, loss, distance |w - w0| and MALA acceptance per chain) -> charts.llc.
@@ -92,7 +93,7 @@ with right:
             "posterior-predictive metrics (test set)",
             key=ui.kept("net.predictive"),
             help="At the end of the run: the kept draws' ensemble log p, accuracy, calibration "
-            "and input curvature on the test set (reference 001, section 3).",
+            "and input curvature on the test set (as in Yu et al., Sec. 4.1).",
         )
 
 ready = None not in (target_params, sampler_params, facts) and not truth_error
@@ -301,7 +302,8 @@ with calibrate_tab:
 
 with vi_tab:
     st.markdown(
-        "A normalizing flow on a generalized-gamma source (reference 004) fitted to the "
+        'A normalizing flow on a generalized-gamma source (after the paper "Variational '
+        'inference via resolution of singularities") fitted to the '
         "network's posterior at each n: its objective Ψ = ELBO + n S_n is a lower bound on "
         "log Z̄(n), and the slope of −Ψ against log n estimates the learning coefficient from "
         "above. The network is the one chosen above, with a prior N(μ, σ² I); every n is the "
@@ -373,7 +375,7 @@ with vi_tab:
 **Ψ** = ELBO + n S_n, with n S_n = −Σ log p(y_i | x_i, w0) at the true parameter w0: the ELBO of
 the flow's distribution q, shifted so that it is comparable across n. It is a lower bound on
 **log Z̄(n)** = log ∫ exp(−n K_n(w)) φ(w) dw, the normalised evidence, whatever the flow
-(reference 004, eq. 2); Basin computes log Z̄ exactly where it can (the H = 1 tanh network, by
+(eq. 2 of the VI paper); Basin computes log Z̄ exactly where it can (the H = 1 tanh network, by
 quadrature), and a Ψ above it is flagged as impossible.
 
 **The slope.** Singular learning theory gives −log Z̄(n) = λ log n − (m − 1) log log n + O(1),
@@ -445,9 +447,9 @@ with st.expander("What is shown here"):
         """
 **The LLC.** λ̂(w0) = nβ (E[L_n(w)] − L_n(w0)), the expectation over the tempered posterior
 localised at w0, ∝ exp(−nβ L_n(w) − (γ/2)|w − w0|²), with nβ = n / log n and γ = 1 by default
-(reference 000, Def. 3.1). Each chain gives its own estimate from the losses it saw after the
-burn-in; the reported value is their mean with the standard error SD / √chains. A chain that
-diverged (NaN) is left out and counted.
+(Hitchcock & Hoogland 2025, Def. 3.1). Each chain gives its own estimate from the losses it saw
+after the burn-in; the reported value is their mean with the standard error SD / √chains. A chain
+that diverged (NaN) is left out and counted.
 
 **w0.** *train* runs Adam (or SGD) to a loss plateau first (the training curve above), *truth*
 starts at the generating parameters where the target knows them, *init* at a random

@@ -1,10 +1,10 @@
-"""Wide networks: the repriorisation of Hron et al. (reference 002). At each chosen width an
-ntk-fcn network is sampled twice by reprior-lmc from the same start, in its original
-parameters theta and in the repriorised phi (theta = T(phi)), fanned out over the workers by
-``studies.reprior``; the per-step ESS against width (Fig. 7 left), the acceptance and
-the adapted steps fill in as the runs go. Below: posterior slices through a finished run's
-draw in theta and in phi (Fig. 5, ``studies.wide.slices``), the KL of the posterior from the
-prior against width (section 5, ``studies.wide.kl_table``), and when the map applies.
+"""Wide networks: the repriorisation of Hron et al. (2022). At each chosen width an ntk-fcn network
+is sampled twice by reprior-lmc from the same start, in its original parameters theta and in the
+repriorised phi (theta = T(phi)), fanned out over the workers by ``studies.reprior``; the per-step
+ESS against width (Fig. 7 left), the acceptance and the adapted steps fill in as the runs go. Below:
+posterior slices through a finished run's draw in theta and in phi (Fig. 5,
+``studies.wide.slices``), the KL of the posterior from the prior against width (Thm 2.1;
+docs/methods/wide-networks.md, ``studies.wide.kl_table``), and when the map applies.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ HALF_WIDTH = Param("half_width", "float", 1.0, "Half the side of the sliced squa
 
 store = ui.open_page(
     "Wide networks",
-    "Repriorisation (Hron et al. 2022, reference 002): sample a wide Bayesian network in "
+    "Repriorisation (Hron et al. 2022): sample a wide Bayesian network in "
     "coordinates whose posterior is nearly its prior, and watch the ESS grow with the width.",
 )
 
@@ -362,12 +362,13 @@ else:
             st.plotly_chart(charts.slice_line_figure(s), key="wide.slice.lines")
 
 # ---------------------------------------------------------------------------------------------
-# KL from prior draws (section 5, item 6).
+# KL from prior draws (the check of docs/methods/wide-networks.md).
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def cached_kl(widths: tuple, depth: int, n: int, data: str, draws: int) -> list[dict]:
-    with torch_threads(1):  # small factorisations: one thread is ~10x faster (reference 002)
+    # small factorisations: one thread is ~10x faster (docs/methods/wide-networks.md)
+    with torch_threads(1):
         return wide.kl_table(widths, depth=depth, n=n, draws=draws, data=data)
 
 
@@ -440,9 +441,10 @@ if request:
             key="wide.kl.table",
         )
         st.caption(
-            f"Depth {request[1]}, n = {request[2]} {request[3]}, seed 0. The reference "
-            "reports 289, 52, 22, 7.7, 1.9 in φ over widths 8 … 2048 (n = 32, depth 1, its "
-            "own synthetic data) and a plateau near 3000 in θ at every width."
+            f"Depth {request[1]}, n = {request[2]} {request[3]}, seed 0. An independent "
+            "check (docs/methods/wide-networks.md) found 289, 52, 22, 7.7, 1.9 in φ over widths 8 "
+            "… 2048 (n = 32, depth 1, its own synthetic data) and a plateau near 3000 in θ at "
+            "every width."
         )
 
 # ---------------------------------------------------------------------------------------------

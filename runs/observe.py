@@ -290,14 +290,14 @@ class PredictiveObserver(Observer):
 
 
 class ThermoObserver(Observer):
-    """TATi's thermodynamic averages (reference 003 section 3) over every step after the burn-in,
-    per chain on the device: the virial w . grad U(w), whose mean is d T for a confining U (the
-    virial theorem: it costs one full-data gradient a step, at the step's position), and, for
-    kernels with a momentum, the kinetic energy |p|^2 / 2, whose mean is d T / 2. U is the
-    energy the kernel samples, exp(-U / T) (nbeta L, the prior, the localisation), T the
-    kernel's temperature (1 where it has none). The summary gives each as the mean over the
-    chains that did not diverge, its SE over those chains, the exact value and the relative
-    error: what the integrator-order study (studies.order) plots against the step size."""
+    """TATi's thermodynamic averages (Heber et al. 2020, Sec. 3.1) over every step after the
+    burn-in, per chain on the device: the virial w . grad U(w), whose mean is d T for a confining U
+    (the virial theorem: it costs one full-data gradient a step, at the step's position), and, for
+    kernels with a momentum, the kinetic energy |p|^2 / 2, whose mean is d T / 2. U is the energy
+    the kernel samples, exp(-U / T) (nbeta L, the prior, the localisation), T the kernel's
+    temperature (1 where it has none). The summary gives each as the mean over the chains that did
+    not diverge, its SE over those chains, the exact value and the relative error: what the
+    integrator-order study (studies.order) plots against the step size."""
 
     needs_positions = True  # every step's, whether or not the run records them
     ROWS = 1 << 16  # positions whose gradient is taken at once (x the data's points a row)
@@ -367,12 +367,12 @@ class ThermoObserver(Observer):
 
 
 class ESSObserver(Observer):
-    """Reference 002's mixing measure: every step's theta (the model's own parameters, also
-    under repriorisation) and, on networks with test data, its predictions f_theta(X_test)
-    (flattened over points x outputs), each projected on PROJECTIONS fixed random directions
-    N(0, I) / sqrt(D) drawn from the seed. The projections are recorded with the records
-    ("theta_projections", "f_projections", [draws, C, k]), so the live page and the summary read
-    the same numbers: the per-step ESS (TFP's truncation, ``diagnostics.ess_per_step``) of each
+    """Hron et al.'s mixing measure (2022, Sec. 4.1.2): every step's theta (the model's own
+    parameters, also under repriorisation) and, on networks with test data, its predictions
+    f_theta(X_test) (flattened over points x outputs), each projected on PROJECTIONS fixed random
+    directions N(0, I) / sqrt(D) drawn from the seed. The projections are recorded with the records
+    ("theta_projections", "f_projections", [draws, C, k]), so the live page and the summary read the
+    same numbers: the per-step ESS (TFP's truncation, ``diagnostics.ess_per_step``) of each
     projection, averaged over chains, then its min / mean / max over projections."""
 
     needs_positions = True

@@ -33,7 +33,7 @@ OBSERVABLES: dict[str, str] = {
     "predictive": "posterior-predictive metrics of the kept draws on the test set: ensemble "
     "log p, accuracy, ECE, confidence, curvature",
     "ess": "per-step ESS (TFP's truncation) of fixed random projections of theta and of the "
-    "test predictions f(X_test): min / mean / max over projections, live (reference 002)",
+    "test predictions f(X_test): min / mean / max over projections, live (Hron et al. 2022)",
     "thermo": "TATi's thermodynamic averages over every step after the burn-in: the virial "
     "w . grad U (d T for a confining U; one more gradient a step) and the kinetic energy (d T / 2)",
 }
@@ -116,7 +116,7 @@ class LLCOptions(_Model):
 
 
 class VIOptions(_Model):
-    """A variational fit (the ``vi`` run kind; reference 004, ``samplers.vi``): a flow of
+    """A variational fit (the ``vi`` run kind; docs/methods/vi.md, ``samplers.vi``): a flow of
     ``layers`` affine couplings on a generalized-gamma source (the paper's nf_gamma: lambda =
     (1, lambda0, ...), k = k0, beta = (n, beta0, ...), learned) or a fixed Gaussian of the same
     mean and variance (nf_gaussian), trained by Adam on Psi = ELBO + n S_n."""
@@ -125,7 +125,7 @@ class VIOptions(_Model):
     lambda0: float = Field(500.0, gt=0, le=1e6, description="a number in (0, 1e6]")
     k0: float = Field(1.0, gt=0, le=100, description="a number in (0, 100]")
     beta0: float = Field(100.0, gt=0, le=1e8, description="a number in (0, 1e8]")
-    # phi = N(prior_mean, prior_variance I): reference 004's pairs are (mean, variance)
+    # phi = N(prior_mean, prior_variance I): the VI paper's pairs are (mean, variance)
     prior_mean: float = Field(5.0, ge=-1e6, le=1e6, description="a number in [-1e6, 1e6]")
     prior_variance: float = Field(100.0, gt=0, le=1e12, description="a number in (0, 1e12]")
     # the data's noise sd (regression); None: the target's own (noise_std, sigma, else 1)
@@ -352,7 +352,7 @@ class RunSpec(_Model):
             )
 
     def _check_reprior(self) -> None:
-        """Repriorisation (reference 002) samples the Bayesian posterior of a Gaussian prior and
+        """Repriorisation (Hron et al. 2022) samples the Bayesian posterior of a Gaussian prior and
         likelihood on the full data in phi; it refuses what would make phi mean something else."""
         why = (
             "repriorisation samples the Gaussian-prior, Gaussian-likelihood posterior on the "

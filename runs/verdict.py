@@ -31,7 +31,7 @@ RUN_OFF = 10.0  # draws this many plot half-widths from its centre: the density 
 # Acceptance bands where a kernel's step is sensible, each declared (with its source) in the
 # kernel's SPEC: below the band proposals are mostly rejected, above it the step is too small.
 ACCEPTANCE = {name: spec.acceptance for name, spec in REGISTRY.items() if spec.acceptance}
-SKIP_MH_ACCEPTANCE = 0.98  # reference 002: the unadjusted chain's mean acceptance probability
+SKIP_MH_ACCEPTANCE = 0.98  # Hron et al. 2022, Sec. 4.1.3: MH skipped, mean acceptance kept above
 GRADIENT_FREE = {"rwmh", "adaptive-mh"}
 LONG_MOVES = "hmc or nuts (they move further per step along the density)"
 ORDER = {"good": 0, "warn": 1, "fail": 2}
@@ -222,7 +222,7 @@ def _unadjusted(run: Evidence) -> Signal | None:
         "warn",
         acceptance,
         f"MH is skipped and the mean acceptance probability is {acceptance:.3f}, below "
-        f"the {SKIP_MH_ACCEPTANCE} reference 002 kept: every step's discretisation "
+        f"the {SKIP_MH_ACCEPTANCE} Hron et al. (2022) kept: every step's discretisation "
         "error stays in the draws",
         "target_accept 0.98 or more (a smaller step after the warm-up), or MH on",
     )
@@ -238,7 +238,7 @@ def _precision(run: Evidence) -> Signal | None:
         "warn",
         "float32",
         "a repriorised network sampled in float32: the map's factorisations lose "
-        "digits, and reference 002 saw acceptances shift by 2-5 points against float64",
+        "digits, and Hron et al. (2022) saw acceptances shift by 2-5 points against float64",
         "dtype float64",
     )
 
@@ -405,7 +405,7 @@ def _pooled(x: np.ndarray | None, limit: int = 100_000) -> np.ndarray | None:
 
 def judge_fit(summary: dict, curve: list[float]) -> dict:
     """A vi run's verdict from its own numbers: a divergence, a final objective above the
-    exact log Z_bar (impossible: Psi <= log Z_bar, reference 004 eq 2) beyond 3 Monte Carlo
+    exact log Z_bar (impossible: Psi <= log Z_bar, eq. 2 of the VI paper) beyond 3 Monte Carlo
     SEs, a curve still rising in its last epochs, or a fit that ended below where it began."""
     return verdict_of(
         [
@@ -474,7 +474,7 @@ def _fit_curve(summary: dict, curve: list[float]) -> list[Signal]:
                 "warn",
                 len(curve),
                 f"{len(curve)} epochs are too few to tell whether the fit converged",
-                "20 epochs or more (the reference trains 100-300 on small models)",
+                "20 epochs or more (docs/methods/vi.md trains 100-300 on small models)",
             )
         ]
     out = []

@@ -1,4 +1,4 @@
-"""The ``vi`` run kind and the ``vi`` sweep (reference 004, ``samplers.vi``).
+"""The ``vi`` run kind and the ``vi`` sweep (docs/methods/vi.md, ``samplers.vi``).
 
 A vi run fits one normalizing flow on a generalized-gamma source (or a fixed Gaussian) to a
 target's posterior by maximising Psi = ELBO + n S_n, in the background like any run: each
@@ -9,12 +9,12 @@ coefficient. Its epochs run on the run loop's clock (``runs.pace``: flushes, pro
 and its verdict is the verdict system's (``runs.verdict.judge_fit``). A resumed run replays: the
 fit is the same from the same seed, and only the epochs the store lacks are written.
 
-The ``vi`` sweep is the n-scan: one vi run per n (and per source); the slope of -Psi against
-log n estimates lambda_vb >= lambda, an upper bound on the learning coefficient (reference 004
-eq 6). On a network the scan is nested: one dataset of max(n) points (the target's own seed
-parameter; the sweep's seed seeds the fits), each
-fit on its first n points, so the fits differ in n and not in their noise draws (the exact
-log Z_bar's slope over independent datasets scattered by several units on the H = 1 tanh net).
+The ``vi`` sweep is the n-scan: one vi run per n (and per source); the slope of -Psi against log n
+estimates lambda_vb >= lambda, an upper bound on the learning coefficient (the VI paper's eq. 6 and
+App. E). On a network the scan is nested: one dataset of max(n) points (the target's own seed
+parameter; the sweep's seed seeds the fits), each fit on its first n points, so the fits differ in n
+and not in their noise draws (the exact log Z_bar's slope over independent datasets scattered by
+several units on the H = 1 tanh net).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from runs.store import Store
 from samplers import vi
 
 SOURCES = ("gamma", "gaussian")
-NAMES = {"gamma": "nf_gamma", "gaussian": "nf_gaussian"}  # reference 004's names
+NAMES = {"gamma": "nf_gamma", "gaussian": "nf_gaussian"}  # the VI paper's names
 # the vi options ``samplers.vi.fit`` takes under their own names (``fit_options``)
 FIT_FIELDS = (
     "epochs", "batch_fraction", "samples", "lr_flow", "lr_k", "lr_lambda_beta", "final_samples",
@@ -57,7 +57,7 @@ def sample_size(spec: RunSpec) -> int:
 
 def make_source(spec: RunSpec, d: int, dtype, device) -> torch.nn.Module:
     """nf_gamma_lambda0_k0_beta0 (learned, beta_1 fixed at n) or nf_gaussian with the same
-    Gamma(lambda0, beta0) mean and variance (fixed): reference 004 section 5(C)."""
+    Gamma(lambda0, beta0) mean and variance (fixed): the VI paper's Sec. 7."""
     o = spec.vi
     if o.source == "gamma":
         n = sample_size(spec)
@@ -70,7 +70,7 @@ def make_source(spec: RunSpec, d: int, dtype, device) -> torch.nn.Module:
 def exact_log_z_bar(target, spec: RunSpec) -> float | None:
     """log Z_bar where Basin knows it exactly: the H = 1 tanh net (quadrature,
     ``vi.log_z_bar_tanh1``) and the product normal crossing under an N(0, I) prior
-    (``vi.log_z_bar_k``, section 5(A)); None elsewhere."""
+    (``vi.log_z_bar_k``, the normal-crossing check of docs/methods/vi.md); None elsewhere."""
     o = spec.vi
     std = math.sqrt(o.prior_variance)
     if spec.target.name == "tanh" and spec.target.params.get("hidden") == 1:

@@ -61,7 +61,7 @@ def torch_threads(threads: int):
     run (``python -m jobs run``) runs as a worker would, and the app's in-process studies (the
     KL from prior draws) as well. On a CPU, small ops' thread hand-offs cost more than they
     share: the repriorised network's energy took 5 ms with one thread and 420 ms with two on
-    this 2-core machine (reference 002 section 5 warns of the same). The count is the
+    this 2-core machine (docs/methods/wide-networks.md warns of the same). The count is the
     process's: blocks in other threads wait for each other, so none restores another's."""
     import torch
 

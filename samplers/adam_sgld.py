@@ -1,4 +1,4 @@
-"""Adam-SGLD (reference 000, Alg. 2): RMSProp-SGLD whose loss force is Adam's momentum.
+"""Adam-SGLD (Hitchcock & Hoogland 2025, Alg. 2): RMSProp-SGLD whose loss force is Adam's momentum.
 
 It shares RMSProp-SGLD's preconditioner (``rmsprop_sgld.Preconditioned``) and its dropped Gamma
 term (``rmsprop_sgld``'s module doc has the bias this leaves: 1.624 against 1.4988 at eps = 1e-6).

@@ -1,4 +1,4 @@
-"""Ensemble quasi-Newton (EQN; TATi, reference 003 eqs. 18-19): BAOAB preconditioned per walker
+"""Ensemble quasi-Newton (EQN; TATi: Heber et al. 2020, eqs. 18-19): BAOAB preconditioned per walker
 by the Cholesky factor of the other walkers' covariance. It subclasses ``Splitting`` (eta = 0 is
 plain BAOAB) and keeps BAOAB's letters: the registry gives it no ``scheme``.
 """
@@ -26,16 +26,16 @@ class EQNState(SplittingState):
 
 
 class EQN(Splitting):
-    """Ensemble quasi-Newton (Leimkuhler, Matthews & Weare 2018; TATi, reference 003 eqs. 18-19,
-    with its corrected transposes): BAOAB in which walker i kicks with B_i^T grad U and drifts with
-    B_i p, B_i = chol(I + eta cov(theta_[i])), the covariance (1/(L - 1)) of the OTHER walkers, so
-    the divergence term vanishes. The chains are the walkers (a coupled ensemble). B is
-    block-diagonal over the target's parameter tensors (``layout``), frozen between rebuilds made
-    exactly when step % covariance_every == 0 (step 0 included), each block rescaled by its
-    largest entry before Cholesky; where a walker's Cholesky fails its eta is halved and it is
-    tried again (below 1e-12: eta = 0, B = I). eta = 0 or one walker is plain BAOAB. A step reads
-    each B twice: once for both drifts, once for B^T grad U, which the next step's first kick
-    reuses (``kick``) unless B is rebuilt in between."""
+    """Ensemble quasi-Newton (Leimkuhler, Matthews & Weare 2018; Heber et al. 2020, eqs. 18-19, with
+    the transposes corrected as in docs/methods/tati.md): BAOAB in which walker i kicks with B_i^T
+    grad U and drifts with B_i p, B_i = chol(I + eta cov(theta_[i])), the covariance (1/(L - 1)) of
+    the OTHER walkers, so the divergence term vanishes. The chains are the walkers (a coupled
+    ensemble). B is block-diagonal over the target's parameter tensors (``layout``), frozen between
+    rebuilds made exactly when step % covariance_every == 0 (step 0 included), each block rescaled
+    by its largest entry before Cholesky; where a walker's Cholesky fails its eta is halved and it
+    is tried again (below 1e-12: eta = 0, B = I). eta = 0 or one walker is plain BAOAB. A step reads
+    each B twice: once for both drifts, once for B^T grad U, which the next step's first kick reuses
+    (``kick``) unless B is rebuilt in between."""
 
     SPEC = kernel_spec(
         "eqn",

@@ -2,7 +2,8 @@
 where it comes from, for the app's teaching views: read from the kernel's ``SPEC``.
 
 The equations are the ones the kernels compute, not the papers' printed ones where those differ
-(reference 000 fixes the adaptive kernels' typos and SGHMC/SGNHT's temperature). Notation:
+(docs/methods/local-sampling.md fixes the typos of Hitchcock & Hoogland's adaptive kernels and
+SGHMC/SGNHT's temperature). Notation:
 eps = step_size, g_t the raw minibatch mean loss gradient, eta_t ~ N(0, I) fresh noise, and
 every kernel targets exp(-U) with ``POSTERIOR`` (a Gaussian prior is added where the target
 defines one).

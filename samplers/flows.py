@@ -1,4 +1,5 @@
-"""The variational family of reference 004: mean-field sources and the normalizing flow G.
+"""The variational family of "Variational inference via resolution of singularities" (the VI
+paper; docs/methods/vi.md): mean-field sources and the normalizing flow G.
 
 Sources (``torch.nn.Module``; ``rsample(n, generator) -> [n, d]``, ``log_prob(xi) -> [n]``,
 ``entropy() -> []``, ``moment(p) -> [d]`` = E|xi_j|^p):
@@ -6,8 +7,9 @@ Sources (``torch.nn.Module``; ``rsample(n, generator) -> [n, d]``, ``log_prob(xi
 - ``GeneralizedGamma``: q(xi_j) ∝ |xi_j|^(2 k_j lambda_j - 1) exp(-beta_j |xi_j|^(2 k_j)) on R, the
   paper's untruncated family (h = 2 k lambda - 1) on |xi_j| with a fair random sign. Its lambda, k,
   beta are stored as logs and mapped through exp: positive, and scale-free, so one learning rate
-  moves beta = 1 and beta = n = 1e6 by the same factor (beta spans six decades in section 5(A)).
-  The paper's nf_gamma_lambda0_k0_beta0 start is ``GeneralizedGamma.paper_init``.
+  moves beta = 1 and beta = n = 1e6 by the same factor (beta spans six decades in the
+  normal-crossing check). The paper's nf_gamma_lambda0_k0_beta0 start is
+  ``GeneralizedGamma.paper_init``.
 - ``GaussianSource``: N(mean_j, var_j), fixed by default (the paper's nf_gaussian_mu0_v0); with
   ``learn=True`` it is the Gaussian mean-field family.
 
@@ -17,9 +19,9 @@ the caller's generator and runs Gamma.rsample inside ``torch.random.fork_rng`` s
 the public API's law and implicit reparameterised gradients, and the global RNG as it was
 before (no private torch API). The sign is then a uniform draw from the caller's generator.
 
-``Flow``: affine couplings (RealNVP) with alternating parity masks r. Reference 004 writes
-v = (1-r) u + r (u exp(s(r u)) + t(r u)), which conditions on the same half it transforms (its
-Jacobian is then not triangular); here the masked half is kept and conditions the other:
+``Flow``: affine couplings (RealNVP) with alternating parity masks r. The VI paper (Sec. 6)
+writes v = (1-r) u + r (u exp(s(r u)) + t(r u)), which conditions on the same half it transforms
+(its Jacobian is then not triangular); here the masked half is kept and conditions the other:
 v = r u + (1-r) (u exp(s(r u)) + t(r u)), log|det| = sum (1-r) s(r u). With d = 1, a layer whose
 mask keeps the coordinate is the identity and one whose mask transforms it conditions on nothing
 """
@@ -76,7 +78,7 @@ class GeneralizedGamma(nn.Module):
         dtype=None,
     ) -> GeneralizedGamma:
         """nf_gamma_lambda0_k0_beta0: lambda = (1, lambda0, ...), k = k0, beta = (n, beta0, ...),
-        with beta_1 fixed at n (the essential coordinate taken first, reference 004 section 2)."""
+        with beta_1 fixed at n (the essential coordinate taken first, the VI paper's Sec. 6)."""
         lam = [1.0] + [lambda0] * (d - 1)
         beta = [float(n)] + [beta0] * (d - 1)
         fixed = [True] + [False] * (d - 1)
@@ -126,7 +128,7 @@ class GeneralizedGamma(nn.Module):
         return per.sum(-1)
 
     def entropy(self) -> Tensor:
-        """-E log q, analytic (reference 004 section 5(A)), log 2 per coordinate for the sign."""
+        """-E log q, analytic (the VI paper's App. B.2), log 2 per coordinate for the sign."""
         lam, k, beta = self.lam, self.k, self.beta
         per = (
             -torch.log(2 * k)
@@ -248,9 +250,10 @@ class Flow(nn.Module):
     """G: ``layers`` affine couplings, masks alternating by coordinate parity (r_j = 1 where
     j + layer is even). ``forward(xi) -> (w, log|det dG/dxi|)`` on [n, d]; ``inverse(w) ->
     (xi, log|det dG^-1/dw|)``. ``identity_init`` (default) zeroes each s and t's last layer: G
-    starts as the identity resolution, so training starts from the source's own Psi (section
-    5(A)'s g = identity) rather than from a random map that may put nK far off; the last layers
-    still get gradients through the random hidden layers, so the flow learns from the first step."""
+    starts as the identity resolution, so training starts from the source's own Psi (the
+    normal-crossing check's g = identity) rather than from a random map that may put nK far off;
+    the last layers still get gradients through the random hidden layers, so the flow learns from
+    the first step."""
 
     def __init__(
         self, d: int, layers: int = 4, hidden: int = 16, depth: int = 3, identity_init: bool = True

@@ -1,4 +1,5 @@
-"""Hamiltonian Monte Carlo with a jittered number of leapfrog steps (TATi, reference 003)."""
+"""Hamiltonian Monte Carlo with a jittered number of leapfrog steps (TATi: Heber et al. 2020,
+eq. 15)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The local learning coefficient (LLC) and the signals that say whether to trust it.
 
 lambda_hat(w0) = nbeta (E[L_n(w)] - L_n(w0)), the expectation over the tempered posterior localised
-at w0, exp(-nbeta L_n(w) - (gamma/2) |w - w0|^2) (reference 000, Def. 3.1 and eq. 3.8). nbeta
-defaults to n / log n (beta = 1 / log n). gamma (a kernel's ``localization``) defaults to
+at w0, exp(-nbeta L_n(w) - (gamma/2) |w - w0|^2) (Hitchcock & Hoogland 2025, Def. 3.1 and eq. 3.8).
+nbeta defaults to n / log n (beta = 1 / log n). gamma (a kernel's ``localization``) defaults to
 ``LOCALIZATION`` = 1 in LLC runs on networks (``jobs``: the CLI's --observe llc and the app); a
 kernel made directly (``samplers.make``) defaults to 0, since a plain sampling run targets exp(-U)
 itself, and so do LLC runs on potentials, whose prior already localises them. Each chain gives its
@@ -45,7 +45,8 @@ LOCALIZATION = 1.0  # gamma in LLC runs on networks unless given (module doc)
 
 
 def default_nbeta(n: int | None) -> float:
-    """n / log n, i.e. beta = 1 / log n (reference 000, Table 2); 1 without a dataset."""
+    """n / log n, i.e. beta = 1 / log n (Hitchcock & Hoogland 2025, Table 2); 1 without a
+    dataset."""
     if n is None or n <= 1:
         return 1.0
     return n / math.log(n)
@@ -231,7 +232,7 @@ def gradient_noise_ratio(
     """(eps / 4) nbeta^2 Var(g_m), averaged over coordinates, at w0: the variance SGLD's
     minibatch gradient adds to a step, (eps/2)^2 nbeta^2 Var(g_m), over the injected eps.
     Well below 1, the injected noise dominates; near or above it the chains sample a hotter
-    posterior than intended (reference 000, section 5). 0 on full batches."""
+    posterior than intended (docs/methods/local-sampling.md). 0 on full batches."""
     if target.n is None or batch_size is None or batch_size >= target.n:
         return 0.0
     w = w0.reshape(1, -1)

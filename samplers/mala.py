@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .integrators import MHKernel, mala_log_ratio, overdamped
-from .spec import MH, P000, aligned, kernel_spec
+from .spec import MH, aligned, kernel_spec
 
 
 class MALA(MHKernel):
@@ -13,7 +13,7 @@ class MALA(MHKernel):
     SPEC = kernel_spec(
         "mala",
         "mcmc",
-        P000 + " (section 5 extras)",
+        "Roberts & Tweedie (1996); an optional check beside the local-sampling benchmark",
         MH,
         equation=aligned(
             r"w' = w_t - \tfrac{\varepsilon}{2}\,\nabla U(w_t) + \sqrt{\varepsilon}\,\eta_t",
@@ -24,10 +24,11 @@ class MALA(MHKernel):
             r" / (2\varepsilon)",
         ),
         text="The Metropolis-adjusted Langevin algorithm (Roberts & Tweedie 1996), one of the "
-        "optional extras of the local posterior sampling benchmark (Hitchcock & Hoogland, "
-        "section 5): a ULA step used as a proposal and accepted or rejected by "
-        "Metropolis-Hastings, so the chain samples exp(-U) exactly at any step size; too large a "
-        "step shows as a low acceptance rate instead of a biased answer. Full-data gradients.",
+        "optional checks beside the local posterior sampling benchmark of Hitchcock & Hoogland "
+        "(devinterp reports its acceptance; docs/methods/local-sampling.md): a ULA step used as a "
+        "proposal and accepted or rejected by Metropolis-Hastings, so the chain samples exp(-U) "
+        "exactly at any step size; too large a step shows as a low acceptance rate instead of a "
+        "biased answer. Full-data gradients.",
         acceptance=(0.3, 0.97),  # optimum 0.574 (Roberts & Rosenthal 1998)
     )
 

@@ -1,4 +1,4 @@
-"""Posterior-predictive metrics of a classification network's draws (reference 001, section 3).
+"""Posterior-predictive metrics of a classification network's draws (those of Yu et al., Sec. 4.1).
 
 From draws theta_1..theta_S of the posterior, on the network's test (or validation) split of N
 points with labels y_n:
@@ -41,7 +41,8 @@ ECE_BINS = 30
 CURVATURE_FRACTION = 10  # the curvature's subset: 1 point in 10 (at least one)
 CURVATURE_DRAWS = 20
 POWER_ITERATIONS = 20
-CURVATURE_EPS = 1e-6  # |grad| + eps in the ratio's denominator (reference 001 [code])
+# |grad| + eps in the ratio's denominator (Yu et al.'s code; docs/methods/sgrld.md)
+CURVATURE_EPS = 1e-6
 SUBSET_SEED = 0  # the fixed subset and the power iterations' start vectors
 NUMBERS_PER_PASS = 1 << 22  # activations held by one forward pass: draws x points x widths
 CURVATURE_POINTS = 4096  # points per double-backward pass

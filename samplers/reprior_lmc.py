@@ -1,4 +1,4 @@
-"""Underdamped Langevin Monte Carlo as reference 002 ran it (Hron et al. 2022, Sec. 4)."""
+"""Underdamped Langevin Monte Carlo as Hron et al. (2022, Sec. 4.1.3) ran it."""
 
 from __future__ import annotations
 
@@ -79,18 +79,19 @@ class RepriorLMC(MHKernel):
             r" \quad (t < \text{warmup})",
         ),
         text="Underdamped Langevin Monte Carlo as Hron, Novak, Pennington & Sohl-Dickstein ran it "
-        "(002 Hron et al., wide BNNs have a simple weight posterior, Sec. 4): Hamiltonian Monte "
-        "Carlo with one leapfrog step whose momentum is only partly refreshed each step "
-        "(refresh beta), so it keeps moving in one direction across many steps. A Metropolis "
-        "test on the energy error keeps it exact; a rejection flips the momentum (Horowitz), "
-        "which undoes that persistence, so the step should be accepted often (about 0.9). "
-        "With mh off every proposal is taken, as in the paper, whose acceptance probability "
-        "then only measures the bias it keeps above 0.98. During the warm-up each chain "
-        "adapts its step toward target_accept; afterwards the step is fixed. On ntk-fcn with "
-        "parametrisation reprior it moves phi, where a wide network's posterior is nearly its "
-        "N(0, I) prior, so the step can grow with the width.",
+        '("Wide Bayesian neural networks have a simple weight posterior", 2022, Sec. 4.1.3): '
+        "Hamiltonian Monte Carlo with one leapfrog step whose momentum is only partly refreshed "
+        "each step (refresh beta), so it keeps moving in one direction across many steps. A "
+        "Metropolis test on the energy error keeps it exact; a rejection flips the momentum "
+        "(Horowitz), which undoes that persistence, so the step should be accepted often (about "
+        "0.9). With mh off every proposal is taken, as in the paper, whose acceptance probability "
+        "then only measures the bias it keeps above 0.98. During the warm-up each chain adapts its "
+        "step toward target_accept; afterwards the step is fixed. On ntk-fcn with parametrisation "
+        "reprior it moves phi, where a wide network's posterior is nearly its N(0, I) prior, so "
+        "the step can grow with the width.",
         # one leapfrog step a move: a rejection flips the momentum and undoes the persistence the
-        # partial refresh buys (reference 002 tunes for >= 0.98 without MH, ~0.9 with it)
+        # partial refresh buys (Hron et al. tune for >= 0.98 without MH, Sec. 4.1.3; ~0.9 with it:
+        # docs/methods/wide-networks.md)
         acceptance=(0.6, 1.0),
     )
     traces = False

@@ -1,19 +1,19 @@
-"""RMSProp-SGLD (pSGLD; reference 000, Alg. 3), and the preconditioner Adam-SGLD shares.
+"""RMSProp-SGLD (pSGLD; Hitchcock & Hoogland 2025, Alg. 3), and the preconditioner Adam-SGLD shares.
 
 Notation as in the paper: eps = step_size, g = minibatch mean loss gradient (raw: no nbeta, no
 prior), grad U = nbeta g + localization (w - w0) + prior, eta = the step's N(0, I) draw (``xi``).
-Typos fixed as the reference says: eps_t[i] uses v_hat[i]; bias corrections use the exponent
-t + 1; v starts at 1.
+Typos fixed (docs/methods/local-sampling.md): eps_t[i] uses v_hat[i]; bias corrections use the
+exponent t + 1; v starts at 1.
 
 RMSProp- and Adam-SGLD precondition with a metric G(w) = diag(eps_t) that changes with the chain,
 and Langevin dynamics in such a metric needs the drift correction Gamma_i = sum_j dG_ij/dw_j to
-sample exp(-U). The papers (and devinterp) drop it, and so do these kernels, so they are biased:
-on reference 000's quadratic (E[nbeta L] = 1.4988) RMSProp-SGLD gives 1.661 at eps = 1e-6 and
-1.756 at 3e-7, Adam-SGLD 1.624 at 1e-6 (tests/test_kernels.py pins these). The bias grows as the
-step shrinks, the opposite of a discretisation error, so a smaller step does not remove it.
-Runs with them carry the warning ``DROPPED_GAMMA``.
+sample exp(-U). The papers (and devinterp) drop it, and so do these kernels, so they are biased: on
+the quadratic test of docs/methods/local-sampling.md (E[nbeta L] = 1.4988) RMSProp-SGLD gives 1.661
+at eps = 1e-6 and 1.756 at 3e-7, Adam-SGLD 1.624 at 1e-6 (tests/test_kernels.py pins these). The
+bias grows as the step shrinks, the opposite of a discretisation error, so a smaller step does not
+remove it. Runs with them carry the warning ``DROPPED_GAMMA``.
 
-``sgrld`` with ``metric=rmsprop`` (reference 001) is a different estimator of the same kind of
+``sgrld`` with ``metric=rmsprop`` (Yu et al.) is a different estimator of the same kind of
 metric, kept apart on purpose: it adapts on g = grad U / n (nbeta, localization and prior
 included), starts V at 0 without bias correction, and steps with h n G^-1 g, sqrt(2h) G^-1/2.
 """
@@ -52,8 +52,8 @@ def preconditioned(eps: float, state: PreconditionerState, b: float, a: float) -
 
 
 def preconditioned_spec(name: str, algorithm: int, rates: list[Param], **declared) -> KernelSpec:
-    """A preconditioned SGLD's declaration: an sgmcmc kernel of reference 000 (its Alg.
-    ``algorithm``) taking SGLD's hyperparameters, the stability constant a, then its EMA
+    """A preconditioned SGLD's declaration: an sgmcmc kernel of Hitchcock & Hoogland
+    (their Alg. ``algorithm``) taking SGLD's hyperparameters, the stability constant a, then its EMA
     ``rates``; ``declared``: the rest of ``kernel_spec``'s (equation, text)."""
     paper = f"{P000}, Alg. {algorithm}"
     return kernel_spec(name, "sgmcmc", paper, [*SG, STABILITY, *rates], **declared)

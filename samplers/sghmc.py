@@ -1,4 +1,5 @@
-"""SGHMC (reference 000, Alg. 4): stochastic-gradient Langevin with a momentum and friction.
+"""SGHMC (Hitchcock & Hoogland 2025, Alg. 4): stochastic-gradient Langevin with a momentum and
+friction.
 
 ``MomentumState`` and ``kinetic`` are shared with SGNHT, SGHMC with a thermostat (``sgnht``).
 """
@@ -29,7 +30,7 @@ def kinetic(state: MomentumState) -> dict[str, Tensor]:
 class SGHMC(Kernel):
     """Default ("corrected"): p <- p - eps grad U - alpha p + sqrt(2 alpha eps) eta;  w <- w + p.
     variant="paper" (Alg. 4 as printed): force eps/2 and w moved by the OLD momentum, which
-    samples at twice the temperature (reference 000, section 1). p_0 ~ N(0, eps I)."""
+    samples at twice the temperature (docs/methods/local-sampling.md). p_0 ~ N(0, eps I)."""
 
     SPEC = kernel_spec(
         "sghmc",

@@ -1,4 +1,4 @@
-"""SGLD (reference 000, Alg. 1) and ULA: one update, on a minibatch or on the full data.
+"""SGLD (Hitchcock & Hoogland 2025, Alg. 1) and ULA: one update, on a minibatch or on the full data.
 
 Notation as in the paper: eps = step_size, g = minibatch mean loss gradient (raw: no nbeta, no
 prior), grad U = nbeta g + localization (w - w0) + prior, eta = the step's N(0, I) draw (``xi``).

@@ -1,4 +1,5 @@
-"""SGNHT (reference 000, Alg. 5): SGHMC whose friction follows a Nose-Hoover thermostat."""
+"""SGNHT (Hitchcock & Hoogland 2025, Alg. 5): SGHMC whose friction follows a Nose-Hoover
+thermostat."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""SGRLD in five metrics (reference 001: Yu, Hartmann, Williams & Klami, "Scalable SGRLD in
-non-diagonal metrics"): identity (SGLD), rmsprop (pSGLD), wenzel (layer-wise), monge and shampoo.
+"""SGRLD in five metrics (Yu, Hartmann, Williams & Klami, "Scalable SGRLD in non-diagonal
+metrics", TMLR): identity (SGLD), rmsprop (pSGLD), wenzel (layer-wise), monge and shampoo.
 
 Every metric shares the Euler-Maruyama step of Riemannian Langevin dynamics at tau = 1,
 
@@ -15,10 +15,10 @@ the metric is formed, as the paper's code does.
 The drift term tau Gamma(w) h, Gamma_j = sum_k d(G^-1)_jk / dw_k, is omitted in every metric, as
 the paper does: adaptive metrics then sample a biased law, even on a Gaussian (N(0, I_2) at h =
 0.01: RMSprop variance 1.33, Shampoo 1.6, Monge 1.3 at alpha2 = 0.1 and 12-16 at alpha2 = 1;
-reference 001 section 5, test 4; tests/test_sgrld.py pins them). Runs with a metric other than
+measured in docs/methods/sgrld.md; tests/test_sgrld.py pins them). Runs with a metric other than
 identity carry the warning ``dropped_gamma``.
 
-``metric=rmsprop`` is not ``rmsprop-sgld`` (reference 000, ``samplers.rmsprop_sgld``), which
+``metric=rmsprop`` is not ``rmsprop-sgld`` (Hitchcock & Hoogland, ``samplers.rmsprop_sgld``), which
 adapts on the raw loss gradient, starts v at 1 with a bias correction and steps with eps / 2:
 two estimators of a diagonal RMSprop metric, each as its paper writes it, so both are kept.
 """
@@ -35,7 +35,7 @@ from .base import Kernel, State
 from .spec import BATCH, LOC, NBETA, P001, Param, aligned, kernel_spec
 
 METRICS = ("identity", "rmsprop", "wenzel", "monge", "shampoo")
-# The paper's settings (reference 001, sections 1.3-1.6), as (networks, potentials).
+# The paper's settings (Yu et al. Sec. 4.1 and App. A.4), as (networks, potentials).
 DECAY = {
     "rmsprop": (0.99, 0.995),
     "wenzel": (0.99, 0.99),

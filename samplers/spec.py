@@ -14,10 +14,10 @@ from typing import Any
 
 from landscapes import Param, Spec
 
-P000 = "000 Hitchcock & Hoogland, local posterior sampling benchmark"
-P001 = "001 Yu et al., SGRLD in non-diagonal metrics"
-P002 = "002 Hron et al., wide BNNs have a simple weight posterior"
-P003 = "003 Heber et al., TATi"
+P000 = "Hitchcock & Hoogland (2025), local posterior sampling benchmark"
+P001 = "Yu et al., SGRLD in non-diagonal metrics (TMLR)"
+P002 = "Hron et al. (2022), wide BNNs have a simple weight posterior"
+P003 = "Heber et al. (2020), TATi"
 
 STEP = Param("step_size", "float", 1e-3, "step size epsilon", 1e-12, 10.0)
 NBETA = Param(
@@ -45,8 +45,8 @@ VARIANT = Param(
 )
 FRICTION = Param("friction", "float", 1.0, "friction gamma (rate of the O step)", 0.0, 1e6)
 TEMPERATURE = Param("temperature", "float", 1.0, "temperature T (target exp(-U/T))", 1e-6, 1e6)
-# Reference 000: a > 0 and b1, b2 in (0, 1). At a = 0 a chain whose gradient vanishes in a
-# coordinate (a stationary point, a dead unit) gets the step eps / 0 and diverges at once.
+# Hitchcock & Hoogland, Algs. 2-3: a > 0 and b1, b2 in (0, 1). At a = 0 a chain whose gradient
+# vanishes in a coordinate (a stationary point, a dead unit) gets the step eps / 0 and diverges.
 STABILITY = Param("a", "float", 0.1, "stability constant a (> 0)", 1e-8, 1e6)
 EMA_RATE = (1e-6, 0.999999)  # the open interval (0, 1), closed at 1e-6 from either end
 SG = (STEP, NBETA, LOC, BATCH)

@@ -1,5 +1,5 @@
-"""Underdamped Langevin by operator splitting (TATi, reference 003): one integrator driven by a
-string of the letters A, B, O, e.g. "BAOAB", "ABOBA", "BAO" (GLA1), "BOBA" (GLA2).
+"""Underdamped Langevin by operator splitting (TATi: Heber et al. 2020, eqs. 9-13): one integrator
+driven by a string of the letters A, B, O, e.g. "BAOAB", "ABOBA", "BAO" (GLA1), "BOBA" (GLA2).
 
   A(h): w <- w + h p                 B(h): p <- p - h grad U(w)
   O(h): p <- a p + sqrt(T (1 - a^2)) R,  a = exp(-friction h)

@@ -1,15 +1,16 @@
-"""Variational inference via resolution of singularities (reference 004): sources, flow, Psi_K.
+"""Variational inference via resolution of singularities (docs/methods/vi.md): sources, flow,
+Psi_K.
 
 A variational posterior over w is w = G(xi), xi ~ q, with q a mean-field *source* and G a
-normalizing flow, a learned resolution map (reference 004 section 2). Its objective is the
+normalizing flow, a learned resolution map (the paper's Sec. 6). Its objective is the
 normalized ELBO Psi(q, G) = -E_q n K_n(G(xi)) - KL(q || phi(G) |G'|) <= log Z_bar(n) (eq 2).
 
-The family (sources and flow) is in ``samplers.flows``, the exact values (section 5(A)'s closed
-form and quadratures, the tanh net's log Z_bar) in ``samplers.vi_exact``; this module, the fit,
-re-exports both, so ``samplers.vi`` is the one name to import.
+The family (sources and flow) is in ``samplers.flows``, the exact values (the normal-crossing
+check's closed form and quadratures, the tanh net's log Z_bar) in ``samplers.vi_exact``; this
+module, the fit, re-exports both, so ``samplers.vi`` is the one name to import.
 
-Section 5(C), on a target (``landscapes``): ``log_likelihood_scale`` reads a target's loss as
-sum_i log p(y_i | x_i, w) (a Gaussian of sd ``sigma`` for regression, the cross-entropy for
+On a target (``landscapes``), as in the paper's Sec. 7: ``log_likelihood_scale`` reads a target's
+loss as sum_i log p(y_i | x_i, w) (a Gaussian of sd ``sigma`` for regression, the cross-entropy for
 classification, the energy itself for a potential); ``psi_estimate`` is the Monte Carlo
 Psi = E_q[-n K_n(G xi)] + E_q[log phi(G xi) + log|G'(xi)|] + H(q) with the draws as the target's
 chains, on all n points or unbiased on a minibatch; ``fit`` trains it with the paper's Adam groups
@@ -87,7 +88,8 @@ def log_likelihood_scale(target, sigma: float = 1.0) -> LogLikelihood:
     - classification networks (mean cross-entropy): sum_i log p = -n L_n(w);
     - potentials (``n`` None, the energy is the loss): the energy read as -sum_i log p itself,
       sum_i log p = -E(w). For normal-crossing, E = n K(w) with K(w0) = 0, so Psi is the
-      deterministic Psi_K of section 5(A); its ELBO is that of exp(-E) phi (no constant)."""
+      deterministic Psi_K of the normal-crossing check; its ELBO is that of exp(-E) phi (no
+      constant)."""
     if target.n is None:
         return LogLikelihood("energy", 1, 1.0, 0.0)
     task = getattr(target, "task", None)
@@ -141,9 +143,9 @@ def psi_estimate(
     batch=None,
     sigma: float = 1.0,
 ) -> PsiEstimate:
-    """Psi = E_q[-n K_n(G(xi))] + E_q[log phi(G(xi)) + log|G'(xi)|] + H(q) (reference 004 eq 2-3)
+    """Psi = E_q[-n K_n(G(xi))] + E_q[log phi(G(xi)) + log|G'(xi)|] + H(q) (the paper's eqs. 2-3)
     over ``samples`` draws xi ~ q, the draws batched as the target's chains. phi = N(prior_mean,
-    prior_std^2 I): reference 004's prior pairs such as (5, 100) are (mean, VARIANCE), so
+    prior_std^2 I): the paper's prior pairs such as (5, 100) are (mean, VARIANCE), so
     (5, 100) is prior_std = 10 (the paper's code takes --prior_dist "mean and variance").
 
     n K_n(w) = sum_i [log p(y_i | x_i, w0) - log p(y_i | x_i, w)] (``log_likelihood_scale``),
@@ -212,7 +214,7 @@ class FitResult:
 
 
 def param_groups(source: nn.Module, flow: nn.Module, lr_flow, lr_k, lr_lambda_beta) -> list[dict]:
-    """Adam's groups (reference 004 section 2): the flow's weights and k at 1e-3, lambda and
+    """Adam's groups (the paper's Sec. 7): the flow's weights and k at 1e-3, lambda and
     beta (a learned Gaussian's mean and log variance too) at 1e-1; frozen parameters left out."""
     k = [p for name, p in source.named_parameters() if name == "log_k" and p.requires_grad]
     other = [p for name, p in source.named_parameters() if name != "log_k" and p.requires_grad]
@@ -286,12 +288,12 @@ def fit(
 ) -> FitResult:
     """Maximise Psi (the ELBO without w0) over the flow and the source's learnable parameters
     with Adam (``param_groups``), ``samples`` draws per step on minibatches of n *
-    ``batch_fraction`` without replacement (reference 004: M = 5, n / 10, so 10 steps an
-    epoch). ``on_epoch(epoch, value) -> bool`` sees each epoch's mean objective (a live curve)
+    ``batch_fraction`` without replacement (the paper's Sec. 7: M = 5, n / 10, so 10 steps
+    an epoch). ``on_epoch(epoch, value) -> bool`` sees each epoch's mean objective (a live curve)
     and stops the fit by returning True. A NaN or Inf objective or gradient, or an update that
     leaves the source degenerate, stops it with ``diverged`` set; nothing raises. The end: Psi
-    on all n points with ``final_samples`` draws and the analytic entropy (reference 004
-    section 2's evaluation). One host sync a step (the finiteness check): CPU-sized work."""
+    on all n points with ``final_samples`` draws and the analytic entropy (the paper's
+    final evaluation, Sec. 7). One host sync a step (the finiteness check): CPU-sized work."""
     start = time.perf_counter()
     groups = param_groups(source, flow, lr_flow, lr_k, lr_lambda_beta)
     params = [p for g in groups for p in g["params"]]

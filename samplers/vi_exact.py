@@ -1,12 +1,14 @@
-"""Reference 004's exact values, the bounds a variational fit is checked against.
+"""Exact values for variational inference via resolution of singularities (docs/methods/vi.md):
+the bounds a variational fit is checked against.
 
 
-Section 5(A) check: for a normal crossing K(w) = prod_j w_j^(2 k_j) with an N(0, I) prior and the
-identity resolution, Psi_K is closed-form over both mean-field families (``psi_normal_crossing``),
-``sup_psi`` maximises it, ``log_z_bar_k`` is the exact log Z_bar_K by quadrature and ``slope``
+The normal-crossing check: for a normal crossing K(w) = prod_j w_j^(2 k_j) with an N(0, I) prior and
+the identity resolution, Psi_K is closed-form over both mean-field families
+(``psi_normal_crossing``), ``sup_psi`` maximises it, ``log_z_bar_k`` is the exact log Z_bar_K by
+quadrature and ``slope``
 
-``log_z_bar_tanh1`` is the exact log Z_bar of the H = 1 tanh net (section 5(C)), the bound the
-fitted Psi cannot pass.
+``log_z_bar_tanh1`` is the exact log Z_bar of the H = 1 tanh net (the small tanh experiment of
+docs/methods/vi.md), the bound the fitted Psi cannot pass.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from torch import Tensor, nn
 
 from .flows import LOG_2PI, GaussianSource, GeneralizedGamma
 
-# -- Section 5(A): closed-form Psi_K on a normal crossing, identity resolution, N(0, I) prior --
+# -- Closed-form Psi_K on a normal crossing, identity resolution, N(0, I) prior ---------------
 
 
 def psi_normal_crossing(source: nn.Module, n: float, ks: Sequence[float]) -> Tensor:
@@ -38,7 +40,8 @@ def _starts(family: str, n: float, ks: Sequence[float]) -> list[nn.Module]:
     """Three starts per family: the prior N(0, I); a Gaussian shrunk to the scale of nK (below);
     and, for the Gaussian, an off-centre one, for the gamma, the start of the theory (Bhattacharya
     et al. / Lemma C.1: lambda_j = 1 / 2k_j, k_j = K's, beta = n on the essential coordinate).
-    On K = w1^2 w2^4 all three reach the same maximum to 1e-7 at every n of section 5(A)."""
+    On K = w1^2 w2^4 all three reach the same maximum to 1e-7 at every n of the normal-crossing
+    check."""
     d, kmax = len(ks), max(ks)
     f64 = torch.float64
     # a Gaussian shrunk so that each factor w_j^(2 k_j) carries n^(-1/d) of nK
@@ -136,7 +139,7 @@ def log_z_bar_tanh1(n: float, x, y, prior_mean, prior_std, sigma: float = 1.0) -
     """log Z_bar(n) = log int exp(-n K_n(a, b)) phi(a, b) da db for the tanh net with H = 1,
     f(x) = b tanh(a x), truth w0 = 0, phi = N(prior_mean, prior_std^2 I) on w = (a, b), K_n the
     mean over the given points (x, y) (so n = len(x) is the posterior; another n tempers it).
-    The bound Psi <= log Z_bar (reference 004 eq 2) for section 5(C)'s H = 1 check.
+    The bound Psi <= log Z_bar (the paper's eq. 2) for the H = 1 check of docs/methods/vi.md.
 
     With t_i = tanh(a x_i), n K_n = (c/2) (A b^2 - 2 B b) with A = sum t_i^2, B = sum y_i t_i,
     c = n / (len(x) sigma^2): quadratic in b, so the b integral is a Gaussian one in closed form,

@@ -1,6 +1,7 @@
 """What the Compare page computes, headless: its row per sampler with the cells the verdict's
 rules flag, which runs make one comparison (one Run click, one target and budget), how runs are
-labelled, and the IAT along the target's widest directions (reference 003 section 3, Fig. 10).
+labelled, and the IAT along the target's widest directions (Heber et al. 2020, eq. 8,
+Fig. 10).
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ PCA_DRAWS = 20_000  # draws per run behind the PCA's covariance (an even subsamp
 
 def iat_by_direction(target, runs: dict, burn: int, exact: bool, k: int = IAT_DIRECTIONS) -> dict:
     """Compare's "IAT per direction": how many steps each run takes to forget where it was,
-    along each of the target's k widest directions (reference 003 section 3, Fig. 10).
+    along each of the target's k widest directions (Heber et al. 2020, eq. 8, Fig. 10).
 
     ``runs``: label -> (position [records, C, d], diverged [records, C], thin), as the store
     records them. The directions are the eigenvectors of the target's covariance where it

@@ -1,7 +1,7 @@
-"""Reference 001's network experiment at the 2-core machine's scale: a 64-50-50-10 ReLU MLP on
-sklearn's digits (the paper's MNIST needs a download: reference 001 section 5.4) with the
-Gaussian or the horseshoe prior, sampled by SGRLD in every metric at a tuned learning rate, and
-scored by the posterior-predictive metrics of its kept draws on the test set.
+"""Yu et al.'s network experiment (Sec. 4.3) at the 2-core machine's scale: a 64-50-50-10 ReLU MLP
+on sklearn's digits (the paper's MNIST needs a download; docs/methods/sgrld.md) with the Gaussian or
+the horseshoe prior, sampled by SGRLD in every metric at a tuned learning rate, and scored by the
+posterior-predictive metrics of its kept draws on the test set.
 
 The learning rates l = h n were tuned on the validation log p (360 images) over a grid around
 the paper's table 4 values (bench/RESULTS.md, "sgrld": the grid and its scores). Shared by

@@ -1,9 +1,9 @@
-"""The local-sampling benchmark (reference 000, sections 3-4), the ``dln`` sweep: K generated DLN
-problems x samplers x step sizes, each run from the generating point w0, whose true LLC is known.
-Metrics per (sampler, step size): mean and SD of the relative error (lambda_hat - lambda) / lambda
-over problems, the fractions of chains that diverged (NaN) and of runs with any such chain (each
-run's estimate averages its surviving chains), and the order-preservation rate over problem
-pairs (Figs 3, 5-8).
+"""The local-sampling benchmark (Hitchcock & Hoogland 2025, Secs. 3-4), the ``dln`` sweep: K
+generated DLN problems x samplers x step sizes, each run from the generating point w0, whose true
+LLC is known. Metrics per (sampler, step size): mean and SD of the relative error (lambda_hat -
+lambda) / lambda over problems, the fractions of chains that diverged (NaN) and of runs with any
+such chain (each run's estimate averages its surviving chains), and the order-preservation rate over
+problem pairs (Figs 3, 5-8).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def specs(
 
 def order_preservation(true: np.ndarray, estimate: np.ndarray) -> float | None:
     """Over problem pairs with lambda_1 < lambda_2, the fraction with lambda_hat_1 < lambda_hat_2
-    (reference 000, Fig. 8); pairs with a NaN estimate are left out."""
+    (Hitchcock & Hoogland 2025, Fig. 8); pairs with a NaN estimate are left out."""
     pairs = [
         (i, j) if true[i] < true[j] else (j, i)
         for i, j in combinations(range(len(true)), 2)

@@ -1,12 +1,12 @@
-"""Reference 001's funnel experiment: its protocol as RunSpecs, the tail statistics of the neck v,
-and the paper's reproduced values to put beside them. Shared by the Funnel page, the CLI's
-benchmark (``python -m bench sgrld``) and the tests.
+"""The funnel experiment of Yu et al. (Sec. 4.2): its protocol as RunSpecs, the tail statistics of
+the neck v, and the values reproduced from the authors' code (docs/methods/sgrld.md) to put beside
+them. Shared by the Funnel page, the CLI's benchmark (``python -m bench sgrld``) and the tests.
 
-The target is the softplus funnel (mu = 2, sigma^2 = 80) with N(0, 1) noise added to the
-gradient; every metric starts at (1, 1) with the paper's step size and settings (section 2.1).
-The paper ran one chain for 2e6 steps; 32 chains x 2e5 steps with a 10% burn-in reproduce its
-statistics (reference 001, "vectorised re-implementation"). Also the Funnel page's tail table:
-which runs follow the protocol, their tails, and the cells far from the truth.
+The target is the softplus funnel (mu = 2, sigma^2 = 80) with N(0, 1) noise added to the gradient;
+every metric starts at (1, 1) with the paper's step size and settings (App. A.4). The paper ran one
+chain for 2e6 steps; 32 chains x 2e5 steps with a 10% burn-in reproduce its statistics (an
+independent re-implementation; docs/methods/sgrld.md). Also the Funnel page's tail table: which runs
+follow the protocol, their tails, and the cells far from the truth.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ TARGET = {"name": "softplus-funnel", "params": {"gradient_noise": 1.0}}
 START = (1.0, 1.0)
 SIGMA2 = 80.0
 # metric -> the paper's sampler parameters (the rest are the metric's defaults: its decay and
-# epsilon for potentials, as reference 001 section 2.1 gives them)
+# epsilon for potentials, as Yu et al. App. A.4 gives them)
 PROTOCOL: dict[str, dict] = {
     "identity": {"metric": "identity", "step_size": 0.001},
     "rmsprop": {"metric": "rmsprop", "step_size": 0.0025},
@@ -42,7 +42,7 @@ def parameters(metric: str) -> dict:
 
 
 COLUMNS = ("v sd", "v q01", "v min", "P(v<-5)", "P(v<-10)", "KS vs N(0,80)", "θ1 sd")
-# Reference 001 section 2.1 [reproduced]: the authors' code, one chain x 2e6 steps.
+# Reproduced by rerunning the authors' code, one chain x 2e6 steps (docs/methods/sgrld.md).
 TRUTH = {
     "v sd": math.sqrt(SIGMA2),
     "v q01": stats.norm.ppf(0.01, 0, math.sqrt(SIGMA2)),
@@ -78,7 +78,7 @@ def spec(metric: str, chains: int = CHAINS, steps: int = STEPS, seed: int = 1, *
 
 
 def tails(v: np.ndarray, theta1: np.ndarray) -> dict[str, float]:
-    """The reference table's columns of draws of v and theta_1 (any shapes, pooled)."""
+    """The tail table's columns of draws of v and theta_1 (any shapes, pooled)."""
     v, theta1 = np.ravel(v), np.ravel(theta1)
     v, theta1 = v[np.isfinite(v)], theta1[np.isfinite(theta1)]
     if not len(v):
@@ -100,7 +100,7 @@ def tails(v: np.ndarray, theta1: np.ndarray) -> dict[str, float]:
 
 # Where a tail statistic is suspect: off the truth by more than a relative or absolute
 # tolerance, or (v min) never below the true 1% quantile. Colour, not a test: 32 chains x 2e5
-# steps of a correct sampler land within these (the reference's KS at 16 x 1e5 is noisier).
+# steps of a correct sampler land within these (the re-implementation's KS at 16 x 1e5 is noisier).
 TOLERANCE = {
     "v sd": ("relative", 0.1),
     "v q01": ("relative", 0.1),
@@ -114,7 +114,7 @@ PAPER = "paper (1 chain × 2e6 steps)"
 
 
 def is_protocol_run(spec: dict) -> bool:
-    """A run of reference 001's funnel protocol (``spec``): SGRLD on the softplus funnel from
+    """A run of Yu et al.'s funnel protocol (``spec``): SGRLD on the softplus funnel from
     the protocol's start."""
     return (
         is_sampling(spec)

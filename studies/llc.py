@@ -16,13 +16,13 @@ from samplers import llc as llc_math
 # far smaller one. Localization 1 is the RunSpec's LLC default, passed explicitly here since
 # the widget always sends a value.
 SAMPLER_DEFAULTS = {"step_size": 1e-5, "localization": 1.0}
-# Where a network's true LLC is known, the step size at which SGLD's estimate lands near it in
-# the Networks page's default run (4 chains x 2,000 steps, seeds 0 and 1: dln 11.9/12.6 of 12
-# from its truth, rrr 8.05/7.84 of 8, polynomial 0.24/0.21 of 0.25, tanh 0.95/0.86 of 1). At
-# 1e-5 every DLN chain diverges (reference 000: stable up to 1e-6) and the polynomial's and
-# tanh's barely move (0.04 of 0.25, 0.36 of 1). SGHMC and SGNHT land near the truth at the same
-# steps, except SGHMC on the polynomial, where 1 and 2 of the 4 chains diverged (seeds 0, 1; the
-# page says so).
+# Where a network's true LLC is known, the step size at which SGLD's estimate lands near it in the
+# Networks page's default run (4 chains x 2,000 steps, seeds 0 and 1: dln 11.9/12.6 of 12 from its
+# truth, rrr 8.05/7.84 of 8, polynomial 0.24/0.21 of 0.25, tanh 0.95/0.86 of 1). At 1e-5 every DLN
+# chain diverges (docs/methods/local-sampling.md: stable up to 1e-6) and the polynomial's and tanh's
+# barely move (0.04 of 0.25, 0.36 of 1). SGHMC and SGNHT land near the truth at the same steps,
+# except SGHMC on the polynomial, where 1 and 2 of the 4 chains diverged (seeds 0, 1; the page says
+# so).
 # model: a start for a user's network (the digits MLP's checkpoints read a flat, finite curve at
 # 1e-5, examples/train_digits.py); the Calibrate tab checks it for any other model
 STEP_SIZES = {"dln": 1e-7, "rrr": 1e-4, "polynomial": 1e-3, "tanh": 1e-3, "model": 1e-5}

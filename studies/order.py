@@ -1,4 +1,4 @@
-"""The integrator-order study of TATi (reference 003, Figs. 2-4), the ``order`` sweep: Langevin
+"""The integrator-order study of TATi (Heber et al. 2020, Figs. 2-4), the ``order`` sweep: Langevin
 integrators x step sizes on one target at inverse temperature beta, many chains (the paper's seeds)
 each; the relative error of <virial> or <K> (the "thermo" observable) against the step size, on
 log-log axes, with a fitted slope per integrator: the order of its invariant-measure bias.
@@ -19,7 +19,7 @@ from studies import arguments
 from studies.sweeps import check_size, progress, require_values
 
 KIND = "order"
-HELP = "TATi's integrator-order study (reference 003, Figs 2-4)"
+HELP = "TATi's integrator-order study (Heber et al. 2020, Figs. 2-4)"
 SPEC_FLAGS = False  # its own flags, not a base run's
 
 ORDER_SAMPLERS = ("gla1", "gla2", "baoab", "sgld")

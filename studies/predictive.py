@@ -28,7 +28,7 @@ def predictive_lines(block: dict) -> list[str]:
     return lines
 
 
-# What each metric means, for the Networks page's table (reference 001, section 3).
+# What each metric means, for the Networks page's table (Yu et al., Sec. 4.1).
 PREDICTIVE_TABLE = (  # summary key -> name, meaning
     (
         "log_p",

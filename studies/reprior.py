@@ -1,4 +1,4 @@
-"""The repriorisation study of Hron et al. (reference 002, Fig. 7 left), the ``reprior`` sweep:
+"""The repriorisation study of Hron et al. (2022, Fig. 7 left), the ``reprior`` sweep:
 ntk-fcn widths x {standard, reprior}, each run of reprior-lmc with the "ess" observable from the
 same start and seed; per width the per-step ESS of theta and of f(X_test) in both
 parametrisations, their ratio, the acceptance and the adapted step, live as the runs go. The
@@ -20,11 +20,12 @@ from studies import arguments
 from studies.sweeps import check_size, print_flags, progress
 
 KIND = "reprior"
-HELP = "repriorisation of wide networks: ESS by width (reference 002, Fig. 7)"
+HELP = "repriorisation of wide networks: ESS by width (Hron et al. 2022, Fig. 7)"
 SPEC_FLAGS = False  # its own flags, not a base run's
 
 PARAMETRISATIONS = ("standard", "reprior")
-REPRIOR_BAND = (0.8, 0.97)  # acceptance the reference's exact chains keep, MH on (section 5)
+# acceptance the exact chains (MH on) of docs/methods/wide-networks.md's check keep
+REPRIOR_BAND = (0.8, 0.97)
 
 
 def specs(
@@ -47,7 +48,7 @@ def specs(
     from the same start (the seed draws phi_0 ~ N(0, I) alike; it also draws the data), the
     warm-up adapting each
     chain's step toward ``target_accept`` and counted as burn-in, thinning 1 (under thinning
-    the per-step ESS saturates near 1: reference 002 section 5). Float64 by default: float32
+    the per-step ESS saturates near 1: docs/methods/wide-networks.md). Float64 by default: float32
     shifted the paper's acceptances by 2-5 points."""
     params = dict(locals())
     params["widths"] = list(widths)

@@ -1,6 +1,7 @@
-"""A recorded run as TATi's three CSV tables (reference 003, section 6), so that a TATi user's
-analysis scripts read Basin's output: ``python -m jobs export ID --format tati --out DIR``
-writes ``run.csv``, ``trajectory.csv`` and ``averages.csv`` into DIR, with TATi's column names.
+"""A recorded run as TATi's three CSV tables (as TATi's software writes them; docs/methods/tati.md),
+so that a TATi user's analysis scripts read Basin's output: ``python -m jobs export ID --format tati
+--out DIR`` writes ``run.csv``, ``trajectory.csv`` and ``averages.csv`` into DIR, with TATi's column
+names.
 
 Headless: pure functions over the Store's arrays and the run's spec (no Streamlit).
 
@@ -14,7 +15,7 @@ inverse temperature is **beta = nbeta / T**, and every column is in TATi's units
   trajectory's coordinates are at the recorded position, the one after the step.
 - ``virial`` is |1/2 theta . grad L| at the row's position, grad L on the full data, from the
   target rebuilt from the stored spec (in float64 on the CPU). Its canonical mean is N / (2 beta)
-  (reference 003, section 3) where the target is exp(-beta L); with localization or a prior the
+  (Heber et al. 2020, App. A) where the target is exp(-beta L); with localization or a prior the
   theorem holds for U / nbeta, not L, and this column (of L alone, as TATi's) differs from it.
 - ``kinetic_energy``: TATi's momentum p_T ~ N(0, 1/beta) drives L; a splitting kernel's p ~ N(0, T)
   drives U, and p = sqrt(nbeta) p_T (time rescaled by sqrt(nbeta)), so K_TATi = kinetic / nbeta,

@@ -1,6 +1,6 @@
-"""The VI n-scan (reference 004, section 5(C)), the ``vi`` sweep: one ``vi`` run (``runs.vi``) per
-n and source, -Psi against log n and its fitted slope, an upper bound on the learning
-coefficient. Also the Networks page's VI table.
+"""The VI n-scan (the small tanh experiment of docs/methods/vi.md), the ``vi`` sweep: one ``vi`` run
+(``runs.vi``) per n and source, -Psi against log n and its fitted slope, an upper bound on the
+learning coefficient. Also the Networks page's VI table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from studies import arguments
 from studies.sweeps import CURVE_POINTS, check_size, print_flags, progress
 
 KIND = "vi"
-HELP = "the VI n-scan: -Psi against log n, its slope (reference 004, section 5(C))"
+HELP = "the VI n-scan (resolution of singularities): -Psi against log n, its slope"
 SPEC_FLAGS = False  # its own flags, not a base run's
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""What the Wide networks page computes besides the sweep (``studies.reprior``): posterior
-slices through a run's draw in theta and in phi (reference 002, Fig. 5) and the KL study from
-prior draws (section 5, item 6). Headless: the page, the benchmark and the tests call these.
+"""What the Wide networks page computes besides the sweep (``studies.reprior``): posterior slices
+through a run's draw in theta and in phi (Hron et al. 2022, Fig. 5) and the KL study from prior
+draws (docs/methods/wide-networks.md). Headless: the page, the benchmark and the tests call these.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def kl_table(
     seed: int = 0,
 ) -> list[dict]:
     """KL(q || p) in phi and in theta at each width (``NTKFCN.prior_kl``), from ``draws`` prior
-    draws with a fixed seed: reference 002 section 5 reports 289, 52, 22, 7.7, 1.9 (phi) over
+    draws with a fixed seed: docs/methods/wide-networks.md reports 289, 52, 22, 7.7, 1.9 (phi) over
     widths 8..2048 at n = 32, depth 1, and ~3000 in theta at every width."""
     rows = []
     for width in widths:
