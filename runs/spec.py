@@ -195,7 +195,8 @@ class RunSpec(_Model):
             "cli": {
                 "flag": "observe",
                 "metavar": "NAME",
-                "help": "an observable, repeatable: llc, predictive (test-set ensemble metrics)",
+                "help": "an observable, repeatable: llc, predictive (test-set metrics), "
+                "thermo (virial, K), ess (per step)",
             }
         },
     )
