@@ -275,8 +275,9 @@ ui.ensure_pool()
 runs_view()
 with st.expander("About exports"):
     st.markdown(
-        "- **NetCDF**: ArviZ InferenceData (positions in `posterior`, loss, acceptance and the "
-        "kernel's scalars in `sample_stats`), for `arviz.from_netcdf`.\n"
+        "- **NetCDF**: ArviZ's layout (positions in `posterior`, loss, acceptance and the "
+        "kernel's scalars in `sample_stats`); `xarray.open_datatree(path)` opens it as a "
+        "DataTree, which arviz-stats takes as it is.\n"
         "- **.npz**: every recorded array, chain-major (`position` [chains, draws, d], `loss` "
         "[chains, draws], `step` [draws]), for `numpy.load`.\n"
         "- A run with more than 64 parameters records its positions' coordinates on a fixed "

@@ -1,11 +1,12 @@
-"""Exports of a run's records (``Exports``, a part of ``runs.store.Store``): .npz and ArviZ
-InferenceData (NetCDF), written to a temporary file and renamed onto their target."""
+"""Exports of a run's records (``Exports``, a part of ``runs.store.Store``): .npz and NetCDF in
+ArviZ's layout (an xarray DataTree with groups posterior, sample_stats and constant_data, the
+layout legacy ArviZ called InferenceData), written to a temporary file and renamed onto their
+target."""
 
 from __future__ import annotations
 
 import os
 import secrets
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -53,9 +54,11 @@ class Exports:
     def export_netcdf(
         self, run_id: str, path, burn_in: int = 0, thin: int = 1, damaged: list | None = None
     ) -> Path:
-        """ArviZ InferenceData: position in posterior, per-chain statistics in sample_stats;
-        ``damaged`` as for ``export_npz``."""
-        import arviz as az  # heavy; only exports need it
+        """NetCDF-4 (HDF5) file of an ArviZ DataTree: position in posterior, per-chain
+        statistics in sample_stats, the projection basis (d > 64) in constant_data; ``damaged``
+        as for ``export_npz``. ``xarray.open_datatree(path)`` or, with the legacy ``arviz``
+        0.x package, ``arviz.from_netcdf(path)`` opens it."""
+        import arviz_base  # heavy (xarray); only exports need it
 
         _writable(path)
         data = self._export(run_id, burn_in, thin, damaged)
@@ -74,16 +77,27 @@ class Exports:
             dims["projection"] = ["param", axis]
         if step is not None:
             coords["draw"] = step
-        with warnings.catch_warnings():  # "more chains than draws" is expected for short runs
-            warnings.simplefilter("ignore", UserWarning)
-            idata = az.from_dict(
-                posterior,
-                sample_stats=per_chain,
-                constant_data=constant or None,
-                coords=coords,
-                dims=dims,
-            )
-        return replace_file(path, lambda temp: idata.to_netcdf(str(temp)))
+        groups = {"posterior": posterior, "sample_stats": per_chain, "constant_data": constant}
+        groups = {name: group for name, group in groups.items() if group}  # as legacy ArviZ
+        # arviz_base.from_dict has this signature in arviz-base 0.8 and 1.x. Its convention check
+        # only warns when a run has more chains than draws, which short runs have on purpose.
+        tree = arviz_base.from_dict(groups, coords=coords, dims=dims, check_conventions=False)
+        return replace_file(path, lambda temp: write_datatree(tree, temp))
+
+
+def write_datatree(tree, path) -> None:
+    """A DataTree to a NetCDF-4 file, as legacy ArviZ wrote InferenceData: the h5netcdf engine
+    (groups need NetCDF-4, which xarray's built-in scipy engine cannot write) and zlib on every
+    numeric variable."""
+    encoding = {
+        node.path: {
+            name: {"zlib": True}
+            for name, var in node.dataset.variables.items()
+            if var.dtype.kind in "biufc"
+        }
+        for node in tree.subtree
+    }
+    tree.to_netcdf(str(path), engine="h5netcdf", encoding=encoding)
 
 
 def _writable(path) -> None:

@@ -7,24 +7,24 @@ numpy, so both give identical results) and returns numpy values; nothing here to
 Sources:
 - ESS (bulk, tail), rank-normalised split R-hat and MCSE: Vehtari, Gelman, Simpson, Carpenter &
   Bürkner (2021), "Rank-normalization, folding, and localization: an improved R-hat", computed by
-  ArviZ (0.2x API: ``arviz.ess``, ``arviz.rhat``, ``arviz.mcse``, ``arviz.convert_to_dataset``).
-- IAT with Sokal's adaptive window, ESS = K/tau per walker summed over walkers, kinetic energy and
-  virial: TATi (Heber, Trstanova & Leimkuhler 2020), reference 003 section 3.
+  arviz-stats' array layer (``arviz_stats.base.array_stats``; see ``_array_stats``).
+- IAT (Heber et al. Eq. 8) with Sokal's adaptive window, kinetic energy and virial (Heber et al.
+  Sec. 3.1 and App. A): TATi (Heber, Trstanova & Leimkuhler 2020); ESS = K/tau per walker summed
+  over walkers (docs/methods/tati.md).
 - Configurational temperature <|grad U|^2>/<laplacian U>: standard (Rugh 1997; Braga & Travis 2005).
 - Per-step ESS with TensorFlow Probability's truncation (``effective_sample_size``'s default,
-  the one Hron et al. 2022 report, reference 002 Eq. 7), per random projection.
+  the one Hron et al. 2022 report, Eq. 7), per random projection.
 - KS bound: the two-sample Kolmogorov-Smirnov test, asymptotic critical value.
 
-ArviZ and scipy.stats are imported lazily (ArviZ costs seconds and pulls matplotlib), so
-``from samplers import diagnostics`` costs only numpy and the thermodynamic functions work without
-them. This module imports nothing else from ``samplers``.
+arviz-stats and scipy.stats are imported lazily (arviz-stats loads xarray and arviz-base, about
+2 s), so ``from samplers import diagnostics`` costs only numpy and the thermodynamic functions work
+without them. This module imports nothing else from ``samplers``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -92,38 +92,34 @@ def _vectors(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-# --------------------------------------------------------------------------- ArviZ
+# --------------------------------------------------------------------------- arviz-stats
 
 
 @functools.cache
-def _arviz() -> Any:
-    with warnings.catch_warnings():
-        # 0.2x announces its 1.x refactor with a FutureWarning on import; the 0.2x API is pinned.
-        warnings.simplefilter("ignore", FutureWarning)
-        import arviz
+def _array_stats() -> Any:
+    """arviz-stats' array layer: ``ess(ary, chain_axis, draw_axis, method, relative, prob)``,
+    ``rhat(ary, chain_axis, draw_axis, method)`` and ``mcse(ary, chain_axis, draw_axis, method,
+    prob)`` on plain numpy arrays, with the same signatures and estimators in arviz-stats 0.8 (the
+    last release for Python 3.11) and 1.x; the package's top-level ``arviz_stats.ess`` dispatches
+    arrays to it too. They give the values legacy ArviZ 0.23 gave (tests/test_arviz_values.py)."""
+    from arviz_stats.base import array_stats
 
-    return arviz
+    return array_stats
 
 
-def _arviz_stat(x: Any, func: str, **kwargs: Any) -> float | np.ndarray:
-    """Apply arviz.<func> to [chain, draw] (float) or [chain, draw, dim] (array of length dim)."""
+def _stat(x: Any, func: str, **kwargs: Any) -> float | np.ndarray:
+    """array_stats.<func> of [chain, draw] (float) or [chain, draw, dim] (array of length dim)."""
     arr = _draws(x)
-    az = _arviz()
-    if arr.ndim == 2:
-        # ArviZ's ndarray fast path takes exactly (chain, draw).
-        return float(getattr(az, func)(arr, **kwargs))
-    with warnings.catch_warnings():
-        # Our layout is explicit; ArviZ warns when chains > draws because it cannot tell.
-        warnings.filterwarnings("ignore", message="More chains", category=UserWarning)
-        dataset = az.convert_to_dataset({"x": arr})  # dims (chain, draw, x_dim_0)
-    return np.asarray(getattr(az, func)(dataset, **kwargs)["x"].values, dtype=np.float64)
+    value = getattr(_array_stats(), func)(arr, chain_axis=0, draw_axis=1, **kwargs)
+    return float(value) if arr.ndim == 2 else np.asarray(value, dtype=np.float64)
 
 
-# A run's ESS and R-hat come from some of its chains: ArviZ ranks every draw of every chain it is
-# given (a sort), and 256 chains x 20,000 draws of a 2-D run took 7.4 s on the 2-core VM, after
-# 0.7 s of sampling. Chains start independently, so a subset estimates how they mix; it holds
-# at most MAX_DIAGNOSED_CHAINS chains and DIAGNOSED_DRAWS draws in all (52 chains there: 1.1 s),
-# and never fewer than MIN_DIAGNOSED_CHAINS (Stan's default count), which R-hat compares.
+# A run's ESS and R-hat come from some of its chains: rank normalisation sorts every draw of every
+# chain it is given, and 256 chains x 20,000 draws of a 2-D run took 7.4 s on the 2-core VM (with
+# legacy ArviZ, the same estimator), after 0.7 s of sampling. Chains start independently, so a
+# subset estimates how they mix; it holds at most MAX_DIAGNOSED_CHAINS chains and DIAGNOSED_DRAWS
+# draws in all (52 chains there: 1.1 s), and never fewer than MIN_DIAGNOSED_CHAINS (Stan's default
+# count), which R-hat compares.
 MAX_DIAGNOSED_CHAINS = 256
 MIN_DIAGNOSED_CHAINS = 4
 DIAGNOSED_DRAWS = 1 << 20
@@ -137,42 +133,44 @@ def diagnosed_chains(chains: int, draws: int) -> int:
 
 
 def ess_bulk(x: Any) -> float | np.ndarray:
-    """Bulk ESS: ESS of the rank-normalised split chains (Vehtari et al. 2021; arviz.ess "bulk").
+    """Bulk ESS: ESS of the rank-normalised split chains (Vehtari et al. 2021; ess "bulk").
 
     Counts draws over all chains. Float for x[chain, draw], array[dim] for x[chain, draw, dim];
     NaN when a chain holds NaN or there are fewer than 4 draws.
     """
-    return _arviz_stat(x, "ess", method="bulk")
+    return _stat(x, "ess", method="bulk")
 
 
 def ess_tail(x: Any) -> float | np.ndarray:
     """Tail ESS: min ESS of the 5% and 95% quantile indicators (Vehtari et al. 2021; "tail")."""
-    return _arviz_stat(x, "ess", method="tail")
+    return _stat(x, "ess", method="tail", prob=0.05)  # the array layer needs prob; 0.05 is usual
 
 
 def rhat(x: Any) -> float | np.ndarray:
-    """Rank-normalised split R-hat, max of bulk and folded (Vehtari et al. 2021; arviz "rank").
+    """Rank-normalised split R-hat, max of bulk and folded (Vehtari et al. 2021; rhat "rank").
 
     Needs at least 2 chains (NaN otherwise). Below 1.01 is the usual acceptance threshold.
     """
-    return _arviz_stat(x, "rhat", method="rank")
+    return _stat(x, "rhat", method="rank")
 
 
 def mcse_mean(x: Any) -> float | np.ndarray:
-    """Monte Carlo standard error of the mean, sd / sqrt(ESS_mean) (arviz.mcse "mean")."""
-    return _arviz_stat(x, "mcse", method="mean")
+    """Monte Carlo standard error of the mean, sd / sqrt(ESS_mean) (mcse "mean"; ESS_mean is the
+    ESS of the split chains without rank normalisation)."""
+    return _stat(x, "mcse", method="mean")
 
 
 # --------------------------------------------------------------------------- IAT (TATi)
 
 
 def iat(x: Any, c: float = 5.0) -> np.ndarray:
-    """Integrated autocorrelation time per chain (and dim), TATi eq. 8 with Sokal's window.
+    """Integrated autocorrelation time per chain (and dim), Heber et al. Eq. 8, Sokal's window.
 
     tau = 1 + 2 sum_{k=1}^{M} rho(k), where rho is the chain's normalised autocorrelation computed
     by FFT (zero-padded, sample mean removed, 1/K normalisation) and M is the smallest lag with
-    M >= c * tau(M) (Sokal; reference 003 uses c = 5, replacing Goodman's acor). Reliable when
-    the chain is much longer than c * tau (say > 50 tau); shorter chains underestimate tau.
+    M >= c * tau(M) (Sokal, with c = 5 in place of the Goodman acor package Heber et al. used;
+    docs/methods/tati.md). Reliable when the chain is much longer than c * tau (say > 50 tau);
+    shorter chains underestimate tau.
 
     tau < 1 is possible (antithetic chains, e.g. fast BAOAB modes). There Sokal's window fails:
     with rho(1) <= -0.4 the partial sum tau(1) is already below 1/c and the window closes at
@@ -223,7 +221,7 @@ def iat_per_direction(x: Any, directions: Any, c: float = 5.0) -> np.ndarray:
     """IAT of the projections of x[chain, draw, dim] on ``directions`` [dim, k] (one direction
     per column, e.g. the eigenvectors of the target's covariance), averaged over chains: array[k].
 
-    Reference 003 section 3's projections: ``iat`` of each chain's trajectory projected on each
+    Heber et al. Sec. 3.4's projections: ``iat`` of each chain's trajectory projected on each
     direction, then the mean over the chains (walkers) whose IAT is finite, as TATi averages
     the per-walker IATs. Per chain, not pooled: an ensemble of a few walkers and a run of many
     chains compare on the same footing. NaN for a direction no chain gives a finite IAT (a
@@ -245,7 +243,7 @@ def iat_per_direction(x: Any, directions: Any, c: float = 5.0) -> np.ndarray:
 
 
 def ess_from_iat(x: Any, c: float = 5.0) -> float | np.ndarray:
-    """ESS = sum over chains of K / tau_chain (reference 003: "ESS = K/tau, per walker; summed").
+    """ESS = sum over chains of K / tau_chain (K/tau per walker, summed; docs/methods/tati.md).
 
     Equivalently total draws / harmonic mean of the per-chain IATs, the average that keeps the
     per-chain ESS additive. Agrees with ``ess_bulk`` on well-mixed stationary chains; unlike it,
@@ -259,7 +257,7 @@ def ess_from_iat(x: Any, c: float = 5.0) -> float | np.ndarray:
 
 def ess_per_step(x: Any) -> np.ndarray:
     """ESS / N of each series of x[chain, draw] or x[chain, draw, k], TensorFlow
-    Probability's ``effective_sample_size`` with its defaults (reference 002 Eq. 7):
+    Probability's ``effective_sample_size`` with its defaults (Hron et al. 2022 Eq. 7):
     ESS = N / (-1 + 2 sum_k (N - k)/N rho_k), rho_k the lag-k autocovariance averaged over its
     N - k products over the lag-0 one, the sum stopped at the first rho_k < 0. At most about
     1 (independent draws); antithetic chains can exceed it. Returns array[chain] or
@@ -285,7 +283,7 @@ def ess_per_step(x: Any) -> np.ndarray:
 def projection_ess(z: Any, keep: Any = None) -> dict[str, float]:
     """Per-step ESS of z[draw, chain, k] (k fixed random projections, as a run records them),
     each projection's the mean over the chains in ``keep`` (default: all): its min, mean and
-    max over the projections, as reference 002 reports them."""
+    max over the projections, as Hron et al. 2022 report them (Sec. 4.1.2 and 4.2.1)."""
     arr = np.moveaxis(_to_numpy(z, "z"), 0, 1)  # [chain, draw, k]
     if keep is not None:
         arr = arr[np.asarray(keep, bool)]
@@ -322,7 +320,7 @@ def acceptance_rate(accepted: Any) -> AcceptanceRate:
 
 
 def kinetic_energy(p: Any) -> np.ndarray:
-    """K = 1/2 |p|^2 over the last axis (reference 003 sec. 3); p[chain, (draw,) d] -> [chain, ...].
+    """K = 1/2 |p|^2 over the last axis (Heber et al. Sec. 3.1): p[chain, (draw,) d] -> [chain, ..].
 
     For p ~ N(0, T I_d) the canonical mean is d T / 2 (equipartition); T_kin = 2 <K> / d.
     """
@@ -339,7 +337,7 @@ def _pair(w: Any, grad: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def virial(w: Any, grad: Any) -> np.ndarray:
-    """Virial w . grad U over the last axis (TATi, reference 003 sec. 3 and App. A).
+    """Virial w . grad U over the last axis (TATi: Heber et al. Sec. 3.1 and App. A).
 
     For a confining U sampled at density ∝ exp(-U/T), integration by parts gives
     E[w . grad U] = d T (= 2 <K>): the virial theorem. It holds for w - c with any fixed c too, so
@@ -354,7 +352,8 @@ def virial(w: Any, grad: Any) -> np.ndarray:
 def configurational_temperature(w: Any, grad: Any, laplacian: Any = None) -> float:
     """Temperature estimate from positions and gradients of U, averaged over chains and draws.
 
-    - ``laplacian`` None: virial form T_vir = <w . grad U> / d (reference 003, "T_vir").
+    - ``laplacian`` None: virial form T_vir = <w . grad U> / d (derived from the virial theorem,
+      Heber et al. App. A; docs/methods/tati.md).
     - ``laplacian`` given (values of the Laplacian of U, shape w.shape[:-1], e.g. a Hutchinson
       estimate): the standard configurational temperature T_conf = <|grad U|^2> / <laplacian U>.
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_jobs import cli
+from clitest import jobs, process
 
 from runs.spec import parse_spec
 from runs.store import DamagedStore, Store
@@ -28,14 +28,6 @@ SPEC = parse_spec(
         "device": "cpu",
     }
 ).model_dump(mode="json")
-
-
-def jobs(home: Path, monkeypatch, *argv: str) -> int:
-    """The CLI in this process (faster than a subprocess where a crash is not the question)."""
-    from cli.main import main
-
-    monkeypatch.setenv("BASIN_HOME", str(home))
-    return main(list(argv))
 
 
 def _chunk(rng, start: int, n: int) -> dict[str, np.ndarray]:
@@ -98,7 +90,7 @@ def _dies_midway(paths: list[Path]):
 
 @pytest.mark.parametrize("kind", ["npz", "netcdf"])
 def test_an_export_that_dies_midway_leaves_the_old_file_and_no_temp_file(tmp_path, kind):
-    import arviz as az
+    import xarray as xr
 
     store = Store(tmp_path / "home")
     run_id, _ = _write_run(store, [5, 5])
@@ -112,7 +104,7 @@ def test_an_export_that_dies_midway_leaves_the_old_file_and_no_temp_file(tmp_pat
         if kind == "npz":
             m.setattr(np, "savez", _dies_midway(paths))
         else:
-            m.setattr(az.InferenceData, "to_netcdf", lambda self, f, **k: _dies_midway(paths)(f))
+            m.setattr(xr.DataTree, "to_netcdf", lambda self, f, **k: _dies_midway(paths)(f))
         with pytest.raises(OSError, match="No space left"):
             export(run_id, out)
     assert len(paths) == 1 and paths[0].parent == out.parent and paths[0] != out  # beside it
@@ -185,7 +177,7 @@ def test_damaged_bytes_are_reported_by_record_range_and_the_good_chunks_still_re
             np.testing.assert_array_equal(npz[name], np.swapaxes(full[name][keep], 0, 1))
 
 
-def test_the_cli_exports_the_good_chunks_and_names_the_damaged_ones(tmp_path, monkeypatch, capsys):
+def test_the_cli_exports_the_good_chunks_and_names_the_damaged_ones(tmp_path):
     store = Store(tmp_path)
     run_id, chunks = _write_run(store, [40] * 10, seed=2)
     full = _join(chunks)
@@ -193,10 +185,10 @@ def test_the_cli_exports_the_good_chunks_and_names_the_damaged_ones(tmp_path, mo
     old = _damage(data, at=9_000, count=2000, seed=3)
     bad = _changed_chunks(old, data.read_bytes(), chunks)
     out = tmp_path / "run.npz"
-    assert jobs(tmp_path, monkeypatch, "export", run_id, "--out", str(out)) == 1
-    printed = capsys.readouterr()
-    assert printed.out.strip() == str(out) and "Traceback" not in printed.err
-    warned = printed.err.strip().splitlines()
+    printed = jobs(tmp_path, "export", run_id, "--out", str(out))
+    assert printed.returncode == 1
+    assert printed.stdout.strip() == str(out) and "Traceback" not in printed.stderr
+    warned = printed.stderr.strip().splitlines()
     assert len(warned) == len(bad)
     for line, (a, b) in zip(warned, bad, strict=True):
         assert line.startswith(f"warning: run {run_id}: records {a}-{b} left out")
@@ -206,8 +198,9 @@ def test_the_cli_exports_the_good_chunks_and_names_the_damaged_ones(tmp_path, mo
     with np.load(out) as npz:
         np.testing.assert_array_equal(npz["step"], full["step"][keep])
         np.testing.assert_array_equal(npz["loss"], np.swapaxes(full["loss"][keep], 0, 1))
-    assert jobs(tmp_path, monkeypatch, "check") == 1
-    report = capsys.readouterr().out
+    checked = jobs(tmp_path, "check")
+    assert checked.returncode == 1
+    report = checked.stdout
     assert all(f"{a}-{b}" in report for a, b in bad) and run_id in report
 
 
@@ -239,22 +232,24 @@ def test_a_store_from_before_checksums_reads_and_gains_the_column(tmp_path):
     assert sorted(set(rows)) == [(0, 1), (4, 1), (10, 0)]
 
 
-def test_a_file_cut_short_is_damage_named_by_run_not_by_out(tmp_path, monkeypatch, capsys):
+def test_a_file_cut_short_is_damage_named_by_run_not_by_out(tmp_path):
     store = Store(tmp_path)
     run_id, _ = _write_run(store, [5, 5])
     data = tmp_path / "runs" / f"{run_id}.bin"
     with open(data, "r+b") as f:
         f.truncate(data.stat().st_size - 1)
     out = tmp_path / "run.npz"
-    assert jobs(tmp_path, monkeypatch, "export", run_id, "--out", str(out)) == 1
-    err = capsys.readouterr().err
+    exported = jobs(tmp_path, "export", run_id, "--out", str(out))
+    assert exported.returncode == 1
+    err = exported.stderr
     assert f"run {run_id}: records 5-9 left out of the export (position: cut short)" in err
     assert "--out" not in err
     with np.load(out) as npz:
         np.testing.assert_array_equal(npz["step"], np.arange(5))
     data.unlink()  # no records file at all: the run is named, not --out
-    assert jobs(tmp_path, monkeypatch, "export", run_id, "--out", str(out)) == 2
-    line = _one_line_error(capsys.readouterr().err)
+    exported = jobs(tmp_path, "export", run_id, "--out", str(out))
+    assert exported.returncode == 2
+    line = _one_line_error(exported.stderr)
     assert f"run {run_id}: cannot read its records file {data}" in line and "--out" not in line
 
 
@@ -272,11 +267,12 @@ def test_an_object_dtype_in_the_index_is_a_clear_error_not_a_segfault(tmp_path):
         conn.execute("UPDATE chunks SET dtype = '|O' WHERE name = 'loss'")
         conn.execute("UPDATE arrays SET dtype = '|O' WHERE name = 'projection'")
     conn.close()
-    out = cli(tmp_path, "export", run_id, "--out", str(tmp_path / "x.npz"))
+    # a fresh process (``process``): a segfault here must fail this test, not end pytest
+    out = process(tmp_path, "export", run_id, "--out", str(tmp_path / "x.npz"))
     assert out.returncode == 2, out  # not -11 (SIGSEGV)
     line = _one_line_error(out.stderr)
     assert f"run {run_id}" in line and "'|O'" in line and "loss" in line
-    out = cli(tmp_path, "check")
+    out = process(tmp_path, "check")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert f"run {run_id}" in out.stdout and "'|O'" in out.stdout and good not in out.stdout
     store = Store(tmp_path)
@@ -313,28 +309,32 @@ def test_blobs_of_other_dtypes_are_refused_on_write(tmp_path):
 # -- 6. damaged metadata gives errors, not tracebacks ------------------------------------------
 
 
-def test_a_bad_spec_in_one_row_leaves_list_serving_the_others(tmp_path, monkeypatch, capsys):
+def test_a_bad_spec_in_one_row_leaves_list_serving_the_others(tmp_path):
     store = Store(tmp_path)
     ids = [_write_run(store, [3], seed=i)[0] for i in range(3)]
     store.close()
     with sqlite3.connect(tmp_path / "basin.sqlite") as conn:
         conn.execute("UPDATE runs SET spec = '{\"target\": ' WHERE id = ?", (ids[1],))
     conn.close()
-    assert jobs(tmp_path, monkeypatch, "list") == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    listed = jobs(tmp_path, "list")
+    assert listed.returncode == 0
+    lines = listed.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == ids[::-1]
     for line, run_id in zip(lines, ids[::-1], strict=True):
         if run_id == ids[1]:
             assert "damaged" in line and "spec" in line
         else:
             assert "completed" in line and "banana" in line and "mala" in line
-    assert jobs(tmp_path, monkeypatch, "show", ids[1]) == 2
-    line = _one_line_error(capsys.readouterr().err)
+    shown = jobs(tmp_path, "show", ids[1])
+    assert shown.returncode == 2
+    line = _one_line_error(shown.stderr)
     assert f"run {ids[1]}" in line and "spec" in line
-    assert jobs(tmp_path, monkeypatch, "show", ids[0], "--json") == 0
-    assert json.loads(capsys.readouterr().out)["run_id"] == ids[0]
-    assert jobs(tmp_path, monkeypatch, "check") == 1
-    report = capsys.readouterr().out.strip().splitlines()
+    shown = jobs(tmp_path, "show", ids[0], "--json")
+    assert shown.returncode == 0
+    assert json.loads(shown.stdout)["run_id"] == ids[0]
+    checked = jobs(tmp_path, "check")
+    assert checked.returncode == 1
+    report = checked.stdout.strip().splitlines()
     assert len(report) == 1 and f"run {ids[1]}" in report[0] and "spec" in report[0]
     store = Store(tmp_path)
     assert [r.id for r in store.list()] == [ids[2], ids[0]]
@@ -365,7 +365,7 @@ def _garbage_page(path: Path, page: int) -> None:
         f.write(np.random.default_rng(page).integers(0, 256, size, dtype=np.uint8).tobytes())
 
 
-def test_a_garbage_page_in_basin_sqlite_is_named_in_one_line(tmp_path, monkeypatch, capsys):
+def test_a_garbage_page_in_basin_sqlite_is_named_in_one_line(tmp_path):
     # in process (``jobs``): seven commands in subprocesses took 13-20 s of torch imports
     store = Store(tmp_path)
     run_id, _ = _write_run(store, [3])
@@ -379,23 +379,23 @@ def test_a_garbage_page_in_basin_sqlite_is_named_in_one_line(tmp_path, monkeypat
     conn.close()
     _garbage_page(meta, root[0])
     for argv in (["list"], ["show", run_id], ["export", run_id, "--out", str(tmp_path / "x")]):
-        assert jobs(tmp_path, monkeypatch, *argv) == 2, argv
-        line = _one_line_error(capsys.readouterr().err)
+        done = jobs(tmp_path, *argv)
+        assert done.returncode == 2, argv
+        line = _one_line_error(done.stderr)
         assert str(meta) in line and "damaged" in line
-    assert jobs(tmp_path, monkeypatch, "check") == 1
-    out = capsys.readouterr()
-    assert "Traceback" not in out.err and str(meta) in out.out and "damaged" in out.out
+    out = jobs(tmp_path, "check")
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr and str(meta) in out.stdout and "damaged" in out.stdout
     _garbage_page(meta, 1)  # the header too: no command can open the store
     for argv in (["list"], ["check"], ["submit", "--target", "banana", "--sampler", "mala"]):
-        assert jobs(tmp_path, monkeypatch, *argv) == 2, argv
-        line = _one_line_error(capsys.readouterr().err)
+        done = jobs(tmp_path, *argv)
+        assert done.returncode == 2, argv
+        line = _one_line_error(done.stderr)
         assert str(meta) in line and "damaged" in line
 
 
 @pytest.mark.parametrize("damage", ["empty", "garbage"])
-def test_a_damaged_run_index_is_named_and_other_runs_still_serve(
-    tmp_path, monkeypatch, capsys, damage
-):
+def test_a_damaged_run_index_is_named_and_other_runs_still_serve(tmp_path, damage):
     store = Store(tmp_path)
     run_id, _ = _write_run(store, [3, 3])
     good, chunks = _write_run(store, [2, 2], seed=1)
@@ -407,33 +407,35 @@ def test_a_damaged_run_index_is_named_and_other_runs_still_serve(
     for suffix in ("-wal", "-shm"):
         index.with_name(index.name + suffix).unlink(missing_ok=True)
     out = tmp_path / "x.npz"
-    assert jobs(tmp_path, monkeypatch, "export", run_id, "--out", str(out)) == 2
-    line = _one_line_error(capsys.readouterr().err)
+    exported = jobs(tmp_path, "export", run_id, "--out", str(out))
+    assert exported.returncode == 2
+    line = _one_line_error(exported.stderr)
     assert f"run {run_id}: its index {index}" in line and not out.exists()
-    assert jobs(tmp_path, monkeypatch, "show", run_id) == 0  # its metadata is intact
-    capsys.readouterr()
-    assert jobs(tmp_path, monkeypatch, "list") == 0
-    assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {run_id, good}
-    assert jobs(tmp_path, monkeypatch, "export", good, "--out", str(out)) == 0
-    capsys.readouterr()
+    assert jobs(tmp_path, "show", run_id).returncode == 0  # its metadata is intact
+    listed = jobs(tmp_path, "list")
+    assert listed.returncode == 0
+    assert {line.split()[0] for line in listed.stdout.splitlines()} == {run_id, good}
+    assert jobs(tmp_path, "export", good, "--out", str(out)).returncode == 0
     with np.load(out) as npz:
         np.testing.assert_array_equal(npz["step"], _join(chunks)["step"])
-    assert jobs(tmp_path, monkeypatch, "check") == 1
-    report = capsys.readouterr().out.strip().splitlines()
+    checked = jobs(tmp_path, "check")
+    assert checked.returncode == 1
+    report = checked.stdout.strip().splitlines()
     assert len(report) == 1 and f"run {run_id}: its index {index}" in report[0]
     if damage == "empty":  # opening it must not have written a schema into it
         assert index.read_bytes() == b""
 
 
-def test_check_passes_a_healthy_store(tmp_path, monkeypatch, capsys):
+def test_check_passes_a_healthy_store(tmp_path):
     store = Store(tmp_path)
     _write_run(store, [3, 4])
     run_id = store.create(SPEC)
     store.append(run_id, 0, {"llc": np.ones((2, CHAINS))}, series="flushes")
     store.put_array(run_id, "w0", np.arange(4.0))
     assert store.check() == []
-    assert jobs(tmp_path, monkeypatch, "check") == 0
-    assert "no damage" in capsys.readouterr().out
+    checked = jobs(tmp_path, "check")
+    assert checked.returncode == 0
+    assert "no damage" in checked.stdout
 
 
 # -- 12. exports to what a rename cannot replace -----------------------------------------------
@@ -447,7 +449,8 @@ def test_export_to_dev_null_or_a_pipe_is_refused_clearly(tmp_path):
         os.mkfifo(tmp_path / "pipe")
         targets.append(str(tmp_path / "pipe"))
     for target in targets:
-        out = cli(tmp_path, "export", run_id, "--out", target, timeout=60)  # a pipe: no hang
+        # a fresh process (``process``) for its timeout: a FIFO with no reader blocks its writer
+        out = process(tmp_path, "export", run_id, "--out", target, timeout=60)
         assert out.returncode == 2, out
         line = _one_line_error(out.stderr)
         assert f"--out: {target} is not a regular file" in line and "renamed" in line
