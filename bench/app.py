@@ -244,7 +244,7 @@ def browser(repeats: int, quick: bool) -> dict:
     """(a), (c)-(f): one ``streamlit run app.py`` with an empty store of its own, one Chromium
     page (1400 x 1000) on the Playground, the measures in this order; the server and its
     workers stop afterwards."""
-    from ui.server import chromium, serve
+    from bench.server import chromium, serve
 
     tmp = Path(tempfile.mkdtemp(prefix="basin-bench-app-"))
     home = tmp / "store"

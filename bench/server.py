@@ -1,5 +1,6 @@
 """``streamlit run app.py`` on a free 127.0.0.1 port with its own store, and Debian's Chromium
-driven by Playwright: shared by the browser tests and ``python -m bench app``."""
+driven by Playwright: shared by the browser tests, ``python -m bench app`` and
+``python -m docs.screenshot``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from runs.pool import stop_supervisor
 from runs.store import Store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # the repository: bench/ is at its top
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",

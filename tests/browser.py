@@ -1,5 +1,5 @@
 """Shared by the browser tests: the app served on a free 127.0.0.1 port with its own store
-(``ui.server``), Debian's Chromium through Playwright, and screenshots kept as artifacts."""
+(``bench.server``), Debian's Chromium through Playwright, and screenshots kept as artifacts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ui.server import CHROMIUM, ROOT, chromium, serve
+from bench.server import CHROMIUM, ROOT, chromium, serve
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
