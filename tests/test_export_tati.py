@@ -7,21 +7,18 @@ target's formulas (the loss written out by hand, its gradient by torch.autograd)
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from clitest import jobs
 
 import landscapes
 from runs.loop import execute
 from runs.spec import SpecError, parse_spec
 from runs.store import Store
 
-ROOT = Path(__file__).resolve().parents[1]
 THIN, BURN = 2, 60
 
 RUN_MOMENTUM = [
@@ -241,16 +238,8 @@ def test_cli_writes_the_three_files_and_names_bad_input(runs, tmp_path, capsys, 
 
     home, _, ids = runs
     out = tmp_path / "made" / "here"  # created, parents too
-    env = {**os.environ, "BASIN_HOME": str(home)}
     args = ["export", ids["slp"], "--format", "tati", "--out", str(out), "--every-nth", "4"]
-    done = subprocess.run(
-        [sys.executable, "-m", "jobs", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = jobs(home, *args)
     assert done.returncode == 0, done.stderr
     files = [out / name for name in ("run.csv", "trajectory.csv", "averages.csv")]
     assert done.stdout.split() == [str(f) for f in files]

@@ -60,6 +60,7 @@ def limited_cli(home: Path, *args: str, env: dict | None = None, timeout: float 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
+    # a subprocess: its address space is capped, and its peak RSS is its own
     out = subprocess.run(
         [sys.executable, "-c", CHILD, *args],
         cwd=ROOT,
@@ -137,6 +138,7 @@ def test_make_checks_before_it_builds(tmp_path):
         "    print(exc.field, time.perf_counter() - t)\n"
     )
     resource = pytest.importorskip("resource")
+    # a subprocess: its address space is capped
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -308,6 +310,7 @@ def test_a_bad_splitting_scheme_is_refused_before_a_run_exists(
 @pytest.mark.parametrize("slots", ["-1", "0"])
 def test_worker_refuses_fewer_than_one_slot(slots, tmp_path):
     env = {**os.environ, "BASIN_HOME": str(tmp_path)}
+    # a subprocess for its timeout: a hang in this process would stall the suite
     out = subprocess.run(
         [sys.executable, "-m", "jobs", "worker", "--slots", slots, "--once"],
         cwd=ROOT,

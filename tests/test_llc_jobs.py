@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_jobs import cli
+from clitest import jobs as cli
 
 import landscapes
 from runs.spec import parse_spec
@@ -113,8 +113,9 @@ def test_llc_options_are_validated_by_name(tmp_path):
 
 
 def test_a_step_1000x_too_large_is_flagged(tmp_path):
-    # The tiny DLN of seed 4 is stable at 1e-7 (reference 000: SGLD stable up to ~1e-6 at
-    # n = 1e5); at 1000x that, RMSProp-SGLD must diverge or leave the d/2 bound, and say so.
+    # The tiny DLN of seed 4 is stable at 1e-7 (docs/methods/local-sampling.md: SGLD stable up
+    # to ~1e-6 at n = 1e5); at 1000x that, RMSProp-SGLD must diverge or leave the d/2 bound, and
+    # say so.
     common = ["--target", "dln", "--target-param", "seed=4", "--sampler", "rmsprop-sgld"]
     common += ["--param", "batch_size=500", "--chains", "4", "--steps", "400", "--w0", "truth"]
     good = run_json(tmp_path, *common, "--param", "step_size=1e-7")["observables"]["llc"]
@@ -133,7 +134,6 @@ def test_dln_sweep_metrics_follow_from_its_runs(tmp_path):
         *("sweep", "dln", "--problems", "3", "--samplers", "sgld", "--chains", "2"),
         *("--step-sizes", "1e-7,1e-4", "--steps", "300", "--n", "20000", "--slots", "2"),
         "--json",
-        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -191,7 +191,6 @@ def test_calibration_flags_every_dln_setting_more_than_35_percent_off(
         *("--sampler", sampler, "--param", "batch_size=500", "--chains", "16"),
         *("--steps", "5000", "--burn-in", "4500", "--step-sizes", steps, "--slots", "2"),
         "--json",
-        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     cells = json.loads(out.stdout)["cells"]
@@ -221,7 +220,6 @@ def test_calibration_sweep_recommends_the_largest_stable_step(tmp_path):
         *("--target-param", "n=1000", "--sampler", "sgld", "--chains", "64"),
         *("--steps", "4000", "--burn-in", "1000", "--step-sizes", "1e-5,1e-4,1e-3,3e-3"),
         *("--nbetas", "1,2", "--slots", "2", "--json"),
-        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)

@@ -48,6 +48,7 @@ def test_a_run_without_a_compiler_completes_uncompiled(tmp_path):
         "BASIN_HOME": str(tmp_path / "store"),
     }
     probe = "from samplers import compiled; print(compiled.compile_problem('cpu'))"
+    # subprocesses: a process without a compiler (CXX), whose inductor has compiled nothing
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True
     )

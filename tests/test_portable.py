@@ -78,6 +78,7 @@ def test_starters_at_once_start_one_pool(stripped, tmp_path, monkeypatch):
     def start(command, **kwargs):
         time.sleep(0.3)  # a starter that took no lock would start its own meanwhile
         started.append(command)
+        # a process: the pool keeps and stops a supervisor by its pid
         return popen([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs)
 
     monkeypatch.setattr(pool.subprocess, "Popen", start)
@@ -106,6 +107,7 @@ def test_the_start_lock_excludes_other_processes_and_dies_with_its_holder(tmp_pa
         f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from runs.pool import _exclusive\n"
         f"with _exclusive({str(lock)!r}):\n    print('held', flush=True); time.sleep(60)"
     )
+    # a process: the lock must exclude other processes and be freed when its holder dies
     holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -148,6 +150,7 @@ def test_a_run_through_the_worker_pool_completes_without_linux_only_calls(tmp_pa
     script = tmp_path / "stripped_supervisor.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "BASIN_HOME": str(home)}
+    # a process: the script removes the Linux-only calls before Basin is imported
     command = [sys.executable, str(script)]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

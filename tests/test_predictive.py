@@ -1,4 +1,4 @@
-"""Posterior-predictive metrics (samplers.predictive, reference 001 section 3) and the run's
+"""Posterior-predictive metrics (samplers.predictive; Yu et al. Sec. 4.1) and the run's
 "predictive" observable: each metric against a direct numpy computation on a small network with
 known weights, ECE on confidences whose bins are known by hand, the input curvature of a linear
 softmax model against its exact input Hessian, the batched accumulator against the all-at-once
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_jobs import cli
+from clitest import jobs as cli
 
 import landscapes
 import samplers

@@ -11,7 +11,7 @@ import sys
 import time
 
 import numpy as np
-from test_jobs import ROOT, cli
+from clitest import ROOT, jobs
 
 from runs.store import Store
 
@@ -23,12 +23,12 @@ SPEC = [
 
 
 def test_a_killed_run_resumed_records_what_an_uninterrupted_run_records(tmp_path):
-    whole = cli(tmp_path, "run", *SPEC, "--json")
+    whole = jobs(tmp_path, "run", *SPEC, "--json")
     assert whole.returncode == 0, whole.stderr
     whole_id = json.loads(whole.stdout)["run_id"]
 
     env = {**os.environ, "BASIN_HOME": str(tmp_path)}
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # a process of its own: the point is its SIGKILL mid-run
         [sys.executable, "-m", "jobs", "run", *SPEC],
         cwd=ROOT,
         env=env,
@@ -52,7 +52,7 @@ def test_a_killed_run_resumed_records_what_an_uninterrupted_run_records(tmp_path
     assert store.mark_stale(timeout_s=0) == [killed_id]
     assert store.get(killed_id).status == "interrupted"
 
-    resumed = cli(tmp_path, "resume", killed_id, "--json")
+    resumed = jobs(tmp_path, "resume", killed_id, "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["status"] == "completed"
     a, b = store.read(whole_id), store.read(killed_id)
@@ -63,5 +63,5 @@ def test_a_killed_run_resumed_records_what_an_uninterrupted_run_records(tmp_path
     summary = store.get(killed_id).summary
     assert summary["loss"] == store.get(whole_id).summary["loss"]
 
-    again = cli(tmp_path, "resume", whole_id)  # a completed run is not resumed
+    again = jobs(tmp_path, "resume", whole_id)  # a completed run is not resumed
     assert again.returncode == 2 and "only interrupted or cancelled" in again.stderr

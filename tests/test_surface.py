@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_jobs import cli
+from clitest import jobs as cli
 
 import landscapes
 from cli.main import main

@@ -1,5 +1,5 @@
-"""The vi run kind and the vi n-scan (jobs/vi.py, RunSpec's vi options, reference 004 section
-5(C)): spec errors, a run's stored curve against an independent ``samplers.vi.fit`` with the
+"""The vi run kind and the vi n-scan (jobs/vi.py, RunSpec's vi options, docs/methods/vi.md):
+spec errors, a run's stored curve against an independent ``samplers.vi.fit`` with the
 same seeds, the exact log Z_bar bound recomputed by quadrature, divergence, cancel, replay, the
 sweep's slopes against numpy's least squares, the verdict on synthetic curves, and how the
 lists name a vi run."""
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from clitest import jobs as cli
 from scipy import stats
-from test_jobs import cli
 
 import landscapes
 from charts.table import run_row
@@ -129,7 +129,7 @@ def test_a_vi_spec_round_trips_and_fills_its_defaults():
     assert parse_spec(dumped) == spec
     assert parse_spec(json.dumps(dumped)).model_dump(mode="json") == dumped
     assert dumped["kind"] == "vi" and dumped["sampler"] is None
-    # the reference's defaults (section 5(C)): nf_gamma_500_1_100, prior (5, 100), Adam 1e-3 /
+    # the defaults (docs/methods/vi.md): nf_gamma_500_1_100, prior (5, 100), Adam 1e-3 /
     # 1e-1, batch n / 10, M = 5, 4 couplings of 16 hidden units, 100 final draws
     defaults = parse_spec({"kind": "vi", "target": TANH1}).vi.model_dump()
     assert defaults == {
@@ -254,7 +254,7 @@ def test_a_vi_run_on_tanh_h1_stays_below_the_exact_log_z_bar(base):
     n_s = float(np.sum(0.5 * math.log(2 * math.pi) + 0.5 * y**2))
     assert summary["terms"]["n_s"] == pytest.approx(n_s, rel=1e-12)
     assert summary["psi"] == pytest.approx(summary["elbo"] + n_s, rel=1e-9)
-    assert summary["true_lc"] == {"lambda": 0.5, "m": 2}  # reference 004: H = 1
+    assert summary["true_lc"] == {"lambda": 0.5, "m": 2}  # the tanh net at H = 1
     assert summary["n"] == 500 and summary["dim"] == 2
     # EPOCHS < 20: the verdict says the curve is too short to judge, and nothing else
     assert summary["verdict"]["status"] == "warn"
@@ -461,7 +461,7 @@ def _cli_here(home: Path, *args: str) -> str:
 def swept(tmp_path_factory):
     """The CLI's sweep, queued (--submit-only), its fits run here as a worker runs them, then
     its results as ``sweep show --json`` prints them (the worker pool runs one in the slow
-    section 5(C) test)."""
+    H = 1 test)."""
     home = tmp_path_factory.mktemp("vi-sweep")
     args = ["sweep", "vi", "--target", "tanh", "--target-param", "hidden=1"]
     args += ["--ns", ",".join(map(str, NS)), "--source", "gamma,gaussian"]
@@ -674,17 +674,17 @@ def test_judge_warns_of_a_fit_further_below_the_bound_than_a_regular_models_log_
 
 @pytest.mark.slow
 def test_section_5c_on_the_h1_tanh_net_both_sources_bounded_improving_and_ordered(tmp_path):
-    """Reference 004 section 5(C), small: H = 1, n = 500 and 5000 (the first n points of one
-    dataset), both sources at mu0 = 5, 150 epochs (the reference trains 100-300). Every Psi is
-    finite, improved over training and lies below the exact log Z_bar (quadrature, recomputed
+    """The small tanh experiment of docs/methods/vi.md: H = 1, n = 500 and 5000 (the first n points
+    of one dataset), both sources at mu0 = 5, 150 epochs (the docs' scan trains 100-300). Every Psi
+    is finite, improved over training and lies below the exact log Z_bar (quadrature, recomputed
     here); nf_gamma beats nf_gaussian at both n; the slope of -Psi against log n is positive and
-    within 2 Monte Carlo SEs of the band [0.4, 1.0] the reference suggests for H = 1 (the whole
-    6-point scan at 300 epochs is ``python -m bench vi``: 0.572 +- 0.122 there). As a user runs
-    it: ``python -m jobs sweep vi`` and its worker pool, two fits at a time."""
+    within 2 Monte Carlo SEs of the band [0.4, 1.0] suggested for H = 1 (the whole 6-point scan at
+    300 epochs is ``python -m bench vi``: 0.572 +- 0.122 there). As a user runs it: ``python -m jobs
+    sweep vi`` and its worker pool, two fits at a time."""
     ns = (500, 5000)
     args = ["sweep", "vi", "--target", "tanh", "--target-param", "hidden=1", "--ns", "500,5000"]
     args += ["--source", "gamma,gaussian", "--vi-param", "epochs=150", "--slots", "2"]
-    out = cli(tmp_path, *args, "--json", timeout=600)
+    out = cli(tmp_path, *args, "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     store = Store(tmp_path)
