@@ -1,5 +1,10 @@
-"""Shared by the app tests: a temporary store whose worker pool is stopped afterwards, and an
-AppTest of one page that waits for a submitted run to finish."""
+"""Shared by the app tests: a temporary store whose worker pool is stopped afterwards, an AppTest
+of one page, and the page's submitted runs finished for the test.
+
+A test of a page (what it shows, what it submits, what it draws from a finished run) starts no
+worker pool (``no_pool``): it executes the queued runs here (``run_queued``) and runs the page
+again. A pool is a supervisor process whose workers import torch, seconds each; only the tests
+about the pool itself start one and wait for it (``wait_for_runs``)."""
 
 from __future__ import annotations
 
@@ -25,6 +30,13 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("BASIN_HOME", str(tmp_path))
     yield tmp_path
     stop_supervisor(Store(tmp_path))
+
+
+@pytest.fixture
+def no_pool(monkeypatch):
+    """No worker pool (BASIN_NO_WORKERS=1): a page's submitted runs stay queued until the test
+    executes them (``run_queued``)."""
+    monkeypatch.setenv("BASIN_NO_WORKERS", "1")
 
 
 def page(name: str) -> AppTest:
@@ -77,15 +89,19 @@ def figures(at: AppTest) -> dict[str, dict]:
 
 
 def run_queued(home: Path) -> Store:
-    """Execute the store's runs here, in turn, without compiling (no worker pool): a page's
-    submitted runs, finished for the test."""
+    """Execute the store's queued runs here, in turn, without compiling (no worker pool): a
+    page's submitted runs, finished for the test as a worker would finish them, with a worker's
+    torch threads (on a CPU, one: on a busy 2-core machine, two threads made the networks
+    page's default Adam-SGLD run take 80-100 s instead of 7 s). Never call it inside
+    ``torch_threads``: that lock is not reentrant."""
     from runs.loop import execute
     from runs.spec import parse_spec
+    from runs.worker import default_slots, torch_threads
 
     store = Store(home)
-    for run in store.list():
-        summary = execute(
-            parse_spec(run.spec).model_copy(update={"compile": "never"}), store, run.id
-        )
-        store.finish(run.id, summary["status"], summary=summary)
+    with torch_threads(default_slots()[1]):
+        for run in store.list("queued"):
+            spec = parse_spec(run.spec).model_copy(update={"compile": "never"})
+            summary = execute(spec, store, run.id)
+            store.finish(run.id, summary["status"], summary=summary)
     return store

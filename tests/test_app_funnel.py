@@ -1,4 +1,4 @@
-"""The Funnel page (AppTest): reference 001's protocol queued one run per metric, the paper's
+"""The Funnel page (AppTest): Yu et al.'s funnel protocol queued one run per metric, the paper's
 table before any run, and a small finished experiment whose figures and tail table carry the
 store's numbers. No worker is started (BASIN_NO_WORKERS=1): the runs are executed here."""
 

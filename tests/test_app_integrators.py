@@ -1,15 +1,17 @@
-"""The Integrators page (TATi's order study for class) and its figure: a small study runs through
-the worker pool and its error lines, slopes and table appear; what cannot be run is refused by
-name with nothing queued."""
+"""The Integrators page (TATi's order study for class) and its figure: a small study submitted
+from the page runs (here, in-process: no worker pool) and its error lines, slopes and table
+appear; what cannot be run is refused by name with nothing queued."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from apptest import errors, page, wait_for_runs
+from apptest import errors, no_pool, page, run_queued  # noqa: F401 (no_pool: a fixture)
 
 import charts
 from runs.store import Store
+
+pytestmark = pytest.mark.usefixtures("no_pool")  # the page's runs are executed here
 
 
 def cell(sampler, h, error, se):
@@ -60,7 +62,7 @@ def test_a_small_study_fills_in_with_its_lines_and_slopes(home):
     at.run()
     at.button(key="ord.launch").click().run()
     assert not errors(at), errors(at)
-    runs = wait_for_runs(home, 4)
+    runs = run_queued(home).list()
     assert {r.status for r in runs} == {"completed"}
     specs = {(r.spec["sampler"]["name"], r.spec["sampler"]["params"]["step_size"]) for r in runs}
     # TATi's units: GLA2 at h, SGLD at 2 h / beta (beta = 10)

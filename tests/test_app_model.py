@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from apptest import array, errors, figures, page, run_queued  # `home`: a conftest fixture
+from apptest import array, errors, figures, no_pool, page, run_queued  # noqa: F401 (a fixture)
 
 from examples import digits_mlp
 from landscapes import ParamError
@@ -22,6 +22,8 @@ from studies import checkpoints, registry
 from ui import models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.usefixtures("no_pool")  # runs executed here (`home`: a conftest fixture)
 
 OTHER = """
 import pathlib
@@ -46,11 +48,6 @@ class Holder:
     def make(self):
         return None
 """
-
-
-@pytest.fixture
-def no_workers(monkeypatch):
-    monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # queued runs stay queued: the test runs them
 
 
 @pytest.fixture
@@ -178,7 +175,7 @@ def test_checkpoint_rows_tint_warned_and_failed_cells():
 # -- the page --------------------------------------------------------------------------------
 
 
-def test_the_page_offers_the_listed_factories_and_says_the_loss(home, no_workers, models_dir):
+def test_the_page_offers_the_listed_factories_and_says_the_loss(home, models_dir):
     at = model_page()
     assert not errors(at), errors(at)
     box = at.selectbox(key="net.model.factory")
@@ -196,9 +193,7 @@ def test_the_page_offers_the_listed_factories_and_says_the_loss(home, no_workers
     assert "LLC over training" not in [t.label for t in at.tabs]
 
 
-def test_bad_checkpoints_are_refused_and_nothing_runs(
-    home, no_workers, models_dir, tmp_path, monkeypatch
-):
+def test_bad_checkpoints_are_refused_and_nothing_runs(home, models_dir, tmp_path, monkeypatch):
     marker = tmp_path / "pwned"
     evil = saved({"layers.0.weight": Touch(marker)})
     at = upload(model_page(), "step-00001.pt", evil)
@@ -230,7 +225,7 @@ def test_bad_checkpoints_are_refused_and_nothing_runs(
     assert marker.exists()
 
 
-def test_llc_over_training_runs_one_llc_per_checkpoint(home, no_workers, models_dir):
+def test_llc_over_training_runs_one_llc_per_checkpoint(home, models_dir):
     factory = f"{models_dir / 'digits.py'}:make"
     for step in (0, 6):  # found under BASIN_MODELS
         torch.save(trained_state(step), models_dir / f"step-{step:05d}.pt")
@@ -257,8 +252,7 @@ def test_llc_over_training_runs_one_llc_per_checkpoint(home, no_workers, models_
     runs = {r.id: r for r in store.list()}
     assert sorted(r.spec["target"]["params"]["checkpoint"] for r in runs.values()) == sorted(chosen)
     assert {r.spec["llc"]["w0"] for r in runs.values()} == {"truth"}
-    with torch_threads(1):
-        run_queued(home)
+    run_queued(home)
     at.run()
     assert not at.exception
     result = registry.results(store, sweep["id"])

@@ -10,7 +10,7 @@ from typing import get_args
 
 import numpy as np
 import pytest
-from apptest import errors, page, wait_for_runs
+from apptest import errors, no_pool, page, run_queued  # noqa: F401 (no_pool: a fixture)
 
 import charts
 import landscapes
@@ -18,6 +18,8 @@ import samplers
 from runs.spec import LLCOptions
 from runs.store import Store
 from studies import dln, sweeps
+
+pytestmark = pytest.mark.usefixtures("no_pool")  # the pages' runs are executed here
 
 NETWORKS = [n for n, s in landscapes.REGISTRY.items() if s.kind == "network"]
 GRADIENT = [n for n, s in samplers.REGISTRY.items() if s.kind == "sgmcmc"]
@@ -84,8 +86,8 @@ def test_pages_render_with_widgets_from_the_registries(home):
 
 def test_the_dln_default_run_does_not_diverge(home):
     """The page opens on the DLN. With the networks' generic step size (1e-5) every chain of
-    its default run diverged; its own default (1e-7 from its generating point, reference 000's
-    stable range) keeps them all. Shortened to 2 chains x 200 steps."""
+    its default run diverged; its own default (1e-7 from its generating point, inside the stable
+    range of docs/methods/local-sampling.md) keeps them all. Shortened to 2 chains x 200 steps."""
     at = page("networks")
     assert at.selectbox(key="net.target_name").value == "dln"
     assert at.selectbox(key="net.llc.dln.w0").value == "truth"
@@ -96,7 +98,7 @@ def test_the_dln_default_run_does_not_diverge(home):
     at.number_input(key="net.burn_in").set_value(100)
     at.run().button(key="net.run").click().run()
     assert not errors(at)
-    (run,) = wait_for_runs(home, 1)
+    (run,) = run_queued(home).list()
     assert run.status == "completed", run.error
     assert run.summary["diverged_chains"] == 0
     assert np.all(np.isfinite(run.summary["observables"]["llc"]["per_chain"]))
@@ -113,7 +115,7 @@ def test_adam_sgld_s_default_run_lands_near_the_truth(home):
     assert at.text_input(key="cal.step_sizes.rrr.adam-sgld").value == "1e-06, 1e-05, 0.0001"
     at.button(key="net.run").click().run()
     assert not errors(at)
-    (run,) = wait_for_runs(home, 1)
+    (run,) = run_queued(home).list()
     assert run.status == "completed", run.error
     llc = run.summary["observables"]["llc"]
     assert abs(llc["mean"] - llc["true"]) < 0.25 * llc["true"] and llc["true"] == 8
@@ -124,7 +126,7 @@ def test_llc_run_shows_the_stores_estimate(home):
     at = small_rrr(page("networks"))
     at.button(key="net.run").click().run()
     assert not errors(at)
-    (run,) = wait_for_runs(home, 1)
+    (run,) = run_queued(home).list()
     assert run.spec["observables"] == ["llc"] and run.spec["llc"]["w0"] == "truth"
     assert run.spec["sampler"]["params"]["localization"] == 1.0
     assert run.status == "completed", run.error
@@ -147,13 +149,9 @@ def test_llc_run_shows_the_stores_estimate(home):
     assert per_chain == pytest.approx(est["per_chain"], rel=1e-12)
 
 
-def test_a_classification_run_shows_its_posterior_predictive_metrics(home, monkeypatch):
+def test_a_classification_run_shows_its_posterior_predictive_metrics(home):
     """The checkbox (classification networks only) adds the "predictive" observable; the
     finished run's metrics are the summary's, each with what it means."""
-    from runs.loop import execute
-    from runs.spec import parse_spec
-
-    monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # the run is executed here
     at = small_rrr(page("networks"))
     assert "net.predictive" not in {c.key for c in at.checkbox}  # rrr: a regression network
     at.selectbox(key="net.target_name").set_value("mlp").run()
@@ -166,8 +164,7 @@ def test_a_classification_run_shows_its_posterior_predictive_metrics(home, monke
     store = Store(home)
     (run,) = store.list()
     assert run.spec["observables"] == ["llc", "predictive"]
-    summary = execute(parse_spec(run.spec), store, run.id)
-    store.finish(run.id, summary["status"], summary=summary)
+    run_queued(home)
     at.run()
     assert not errors(at), errors(at)
     block = store.get(run.id).summary["observables"]["predictive"]
@@ -239,7 +236,7 @@ def test_dln_sweep_fills_in_its_plots_and_is_deleted(home):
     store = Store(home)
     (sweep,) = store.list_sweeps()
     assert sweep["kind"] == "dln" and len(sweep["cells"]) == 1
-    wait_for_runs(home, 1)
+    run_queued(home)
     at.run()
     assert not errors(at)
     (metric,) = dln.results(store, store.get_sweep(sweep["id"]))["metrics"]

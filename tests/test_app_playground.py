@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from apptest import errors, page, run_queued, verdicts, wait_for_runs  # `home`: a conftest fixture
+from apptest import errors, no_pool, page, run_queued, verdicts  # noqa: F401 (no_pool: a fixture)
 
 import charts
 import landscapes
@@ -18,6 +18,8 @@ import samplers
 from landscapes import Spec
 from runs.store import Store
 from samplers.explain import EXPLAIN, explain
+
+pytestmark = pytest.mark.usefixtures("no_pool")  # runs executed here (`home`: a conftest fixture)
 
 WIDGETS = ("text_input", "number_input", "checkbox", "selectbox")
 
@@ -147,7 +149,7 @@ def test_playground_run_shows_the_funnel_neck_against_the_exact_marginal(home):
     assert run.spec["sampler"]["params"]["step_size"] == 0.3
     assert (run.spec["chains"], run.spec["steps"], run.spec["burn_in"]) == (16, 300, 30)
 
-    (run,) = wait_for_runs(home, 1)
+    (run,) = run_queued(home).list()
     assert run.status == "completed", run.error
     at.run()
     assert not errors(at), errors(at)
@@ -183,7 +185,7 @@ def test_a_run_whose_every_chain_diverged_says_so(home):
     at.text_input(key="pg.chains").input("4").run()
     at.text_input(key="pg.steps").input("300").run()
     at.button(key="pg.run").click().run()
-    (run,) = wait_for_runs(home, 1)
+    (run,) = run_queued(home).list()
     assert run.status == "completed" and run.summary["diverged_chains"] == 4, run
     at.run()
     assert not at.exception
@@ -201,7 +203,7 @@ def test_a_run_of_a_kernel_with_a_known_bias_says_so_instead_of_a_green_complete
     at.text_input(key="pg.chains").input("4").run()
     at.text_input(key="pg.steps").input("100").run()
     at.button(key="pg.run").click().run()
-    (run,) = wait_for_runs(home, 1)
+    (run,) = run_queued(home).list()
     assert run.status == "completed" and run.summary["warnings"][0]["code"] == "dropped_gamma"
     at.run()
     assert not at.exception
@@ -237,7 +239,7 @@ def test_compare_runs_each_sampler_on_one_budget(home):
     target = {"name": "funnel", "params": {"dim": 2, "gradient_noise": 0.0}}
     assert all(r.spec["target"] == target for r in runs)
 
-    runs = wait_for_runs(home, 2)
+    runs = run_queued(home).list()
     assert all(r.status == "completed" for r in runs), [r.error for r in runs]
     at.run()
     assert not errors(at), errors(at)
@@ -293,12 +295,11 @@ def test_runs_keep_at_most_twenty_million_draws_unless_told():
     assert auto_thin(2001, 10_000) == 2 and auto_thin(4096, 100_000) == 21  # ceil(20.48)
 
 
-def test_compare_offers_sgrld_s_metrics_and_labels_them_apart(home, monkeypatch):
+def test_compare_offers_sgrld_s_metrics_and_labels_them_apart(home):
     """Two runs of one sampler (sgrld in two metrics) are two entries, two histograms, two
     traces and two table rows: keyed by the sampler's name, the second overwrote the first."""
     from studies import compare
 
-    monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # the runs are executed here
     at = page("compare")
     options = at.multiselect(key="cmp.samplers").options
     assert {f"sgrld · {m}" for m in ("identity", "rmsprop", "wenzel", "monge", "shampoo")} <= set(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
-from apptest import ROOT, errors
+from apptest import ROOT, errors, no_pool  # noqa: F401 (no_pool: a fixture)
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.runtime.scriptrunner_utils.script_run_context import ScriptRunContext
 from streamlit.testing.v1 import AppTest
@@ -54,6 +54,7 @@ def one_server_process(monkeypatch):
 
 
 def test_the_app_starts_its_worker_pool_and_shows_the_device(home):
+    # a real pool of its own: the test is that the app starts one, and a second session finds it
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     assert not errors(at), errors(at)
     pid = supervisor_pid(Store(home))
@@ -75,6 +76,7 @@ def test_a_store_home_that_cannot_be_used_is_named_not_raised(tmp_path, monkeypa
     assert "Not a directory" in error.value
 
 
+@pytest.mark.usefixtures("no_pool")  # the pages, not their runs
 def test_every_page_is_reachable_from_the_navigation(home):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     for page in sorted((ROOT / "pages").glob("*.py")):
@@ -115,6 +117,7 @@ def test_every_page_hands_a_legacy_run_to_the_shell_first():
         assert ast.unparse(first) == "ui.legacy_guard()", path
 
 
+@pytest.mark.usefixtures("no_pool")
 def test_the_navigation_lists_the_declared_pages_not_the_folders_files(home, monkeypatch):
     """A folder named pages/ beside the entry script is Streamlit's legacy multipage discovery
     (MPA v1: one entry per file, named after it: "app", "dln benchmark", "wide networks").
@@ -147,10 +150,10 @@ def test_the_navigation_lists_the_declared_pages_not_the_folders_files(home, mon
     assert sorted(declared) == sorted(f"pages/{p.name}" for p in (ROOT / "pages").glob("*.py"))
 
 
-def test_a_pages_setup_outlives_a_visit_to_another_page(home, monkeypatch):
+@pytest.mark.usefixtures("no_pool")
+def test_a_pages_setup_outlives_a_visit_to_another_page(home):
     # Streamlit drops the state of widgets a run does not draw: the Playground's potential,
     # sampler, its parameters and the run length came back at their defaults
-    monkeypatch.setenv("BASIN_NO_WORKERS", "1")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     at.selectbox(key="pg.target_name").select("banana").run()
     at.selectbox(key="pg.sampler_name").select("mala").run()

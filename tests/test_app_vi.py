@@ -1,5 +1,5 @@
-"""The Free energy (VI) tab of Networks & LLC (reference 004): an n-scan submitted from the page
-runs (here, in-process: no worker is started), and its curves, slope figure and metrics show
+"""The Free energy (VI) tab of Networks & LLC (docs/methods/vi.md): an n-scan submitted from the
+page runs (here, in-process: no worker is started), and its curves, slope figure and metrics show
 the runs' own numbers, refitted here with numpy; what cannot run is refused by name."""
 
 from __future__ import annotations
@@ -8,18 +8,14 @@ import math
 
 import numpy as np
 import pytest
-from apptest import array, errors, figures, page, run_queued  # `home`: a conftest fixture
+from apptest import array, errors, figures, no_pool, page, run_queued  # noqa: F401 (a fixture)
 
 from runs.store import Store
-from runs.worker import torch_threads
 
 NS = (200, 400, 800)
 EPOCHS = 6
 
-
-@pytest.fixture
-def no_workers(monkeypatch):
-    monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # queued runs stay queued: the test runs them
+pytestmark = pytest.mark.usefixtures("no_pool")  # runs executed here (`home`: a conftest fixture)
 
 
 def tanh_scan(at, ns: str = ", ".join(map(str, NS))):
@@ -30,7 +26,7 @@ def tanh_scan(at, ns: str = ", ".join(map(str, NS))):
     return at.run()
 
 
-def test_a_small_scan_runs_and_the_tab_shows_its_slope(home, no_workers):
+def test_a_small_scan_runs_and_the_tab_shows_its_slope(home):
     at = tanh_scan(page("networks"))
     at.button(key="vi.run").click().run()
     assert not errors(at), errors(at)
@@ -42,8 +38,7 @@ def test_a_small_scan_runs_and_the_tab_shows_its_slope(home, no_workers):
     # one dataset of max(n) points, each fit on its first n (nested), the page's epochs
     assert {r.spec["target"]["params"]["n"] for r in runs} == {max(NS)}
     assert {r.spec["vi"]["epochs"] for r in runs} == {EPOCHS}
-    with torch_threads(1):
-        run_queued(home)
+    run_queued(home)
     runs = store.list()
     at.run()
     assert not errors(at), errors(at)  # the short fits' verdicts are warnings, not errors
@@ -81,9 +76,7 @@ def test_a_small_scan_runs_and_the_tab_shows_its_slope(home, no_workers):
     ("target", "ns", "field"),
     [("tanh", "500", "**ns**"), ("mlp", "200, 400", "**target**"), ("tanh", "1, x", "**vi.ns**")],
 )
-def test_what_cannot_run_is_refused_by_name_and_nothing_is_queued(
-    home, no_workers, target, ns, field
-):
+def test_what_cannot_run_is_refused_by_name_and_nothing_is_queued(home, target, ns, field):
     at = page("networks")
     at.selectbox(key="net.target_name").set_value(target).run()
     at.text_input(key="vi.ns").input(ns)

@@ -1,4 +1,4 @@
-"""The Wide networks page (reference 002): a small repriorisation study submitted from the page
+"""The Wide networks page (Hron et al. 2022): a small repriorisation study submitted from the page
 runs (here, in-process: no worker is started) and its ESS figures, ratio table, verdicts,
 posterior slices and KL show the runs' own numbers; what cannot run is refused by name with
 nothing queued."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from apptest import array, errors, figures, page, run_queued  # `home`: a conftest fixture
+from apptest import array, errors, figures, no_pool, page, run_queued  # noqa: F401 (a fixture)
 
 from runs.store import Store
 from studies import registry, wide
@@ -19,9 +19,7 @@ def page_errors(at) -> list[str]:
     return [e for e in errors(at) if not e.startswith(FLAG)]
 
 
-@pytest.fixture
-def no_workers(monkeypatch):
-    monkeypatch.setenv("BASIN_NO_WORKERS", "1")  # queued runs stay queued: the test runs them
+pytestmark = pytest.mark.usefixtures("no_pool")  # runs executed here (`home`: a conftest fixture)
 
 
 @pytest.mark.parametrize(
@@ -32,7 +30,7 @@ def no_workers(monkeypatch):
         ({"wide.widths": []}, "**widths**"),
     ],
 )
-def test_what_cannot_run_is_refused_by_name_and_nothing_is_queued(home, no_workers, setup, field):
+def test_what_cannot_run_is_refused_by_name_and_nothing_is_queued(home, setup, field):
     at = page("wide_networks")
     assert not errors(at), errors(at)
     for key, value in setup.items():
@@ -56,7 +54,7 @@ def test_what_cannot_run_is_refused_by_name_and_nothing_is_queued(home, no_worke
         assert f"**{name}**" in said, said
 
 
-def test_a_small_study_runs_and_the_page_shows_its_numbers(home, no_workers):
+def test_a_small_study_runs_and_the_page_shows_its_numbers(home):
     at = page("wide_networks")
     at.multiselect(key="wide.widths").set_value([4, 8])
     at.text_input(key="wide.steps").input("200")
@@ -132,7 +130,7 @@ def test_a_small_study_runs_and_the_page_shows_its_numbers(home, no_workers):
     np.testing.assert_allclose(array(kl["data"][1]["y"]), [r["standard"] for r in rows])
 
 
-def test_skipping_mh_is_judged_by_the_papers_acceptance_floor(home, no_workers):
+def test_skipping_mh_is_judged_by_the_papers_acceptance_floor(home):
     at = page("wide_networks")
     at.multiselect(key="wide.widths").set_value([4])
     at.text_input(key="wide.steps").input("120")
@@ -153,7 +151,7 @@ def test_skipping_mh_is_judged_by_the_papers_acceptance_floor(home, no_workers):
     assert "above 0.97" not in red  # the MH band does not apply
 
 
-def test_the_kl_leaves_out_what_would_keep_the_page_waiting(home, no_workers):
+def test_the_kl_leaves_out_what_would_keep_the_page_waiting(home):
     at = page("wide_networks")
     at.multiselect(key="wide.widths").set_value([8, 512])
     at.text_input(key="wide.depth").input("4")

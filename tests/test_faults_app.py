@@ -12,13 +12,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from apptest import ROOT, errors, page, wait_for_runs
+from apptest import ROOT, errors, no_pool, page, wait_for_runs  # noqa: F401 (no_pool: a fixture)
 
 from runs import liveness, pool
 from runs.spec import parse_spec
 from runs.store import Store
 
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]  # a live pid that is no supervisor
 QUICK = {
     "target": {"name": "gaussian"},
     "sampler": {"name": "sgld"},
@@ -46,6 +46,7 @@ def stranger():
 
 
 def test_a_pid_file_naming_a_stranger_starts_the_pool_and_spares_the_stranger(home, stranger):
+    # a real pool of its own: the test is that one starts (and stops) despite a stale pid file
     store = Store(home)
     run_id = store.create(parse_spec(QUICK).model_dump(mode="json"))
     pidfile = home / "supervisor.pid"
@@ -136,8 +137,8 @@ def test_plain_escapes_what_markdown_would_act_on():
     assert unescaped(ui.plain(lines)) == lines
 
 
-def test_a_run_error_echoing_user_text_is_shown_literally(home, monkeypatch):
-    monkeypatch.setenv("BASIN_NO_WORKERS", "1")
+@pytest.mark.usefixtures("no_pool")
+def test_a_run_error_echoing_user_text_is_shown_literally(home):
     store = Store(home)
     run_id = store.create(parse_spec(QUICK).model_dump(mode="json"))
     store.finish(store.claim(os.getpid(), run_id).id, "failed", error=f"bad {INJECTED}")
@@ -155,6 +156,7 @@ def test_a_run_error_echoing_user_text_is_shown_literally(home, monkeypatch):
 def test_error_details_are_off_in_the_config_and_streamlit_reads_them_so():
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["client"]["showErrorDetails"] == "none"
+    # a subprocess: Streamlit's own command reads the config as a server process would
     shown = subprocess.run(
         [sys.executable, "-m", "streamlit", "config", "show"],
         cwd=ROOT,
@@ -167,6 +169,7 @@ def test_error_details_are_off_in_the_config_and_streamlit_reads_them_so():
     assert re.findall(r"(?m)^showErrorDetails = .*$", section) == ['showErrorDetails = "none"']
 
 
+@pytest.mark.usefixtures("no_pool")
 def test_typing_huge_widths_on_the_networks_page_builds_nothing(home, monkeypatch):
     """11 x 5000 widths once grew the server by 2 GB as the page built the DLN to read its
     facts; the page now reads them from parameter arithmetic and names the field at once."""
@@ -185,6 +188,7 @@ def test_typing_huge_widths_on_the_networks_page_builds_nothing(home, monkeypatc
     assert "dln" not in built
 
 
+@pytest.mark.usefixtures("no_pool")
 def test_the_runs_page_names_a_damaged_run_and_lists_the_others(home):
     import sqlite3
 
