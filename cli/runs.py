@@ -105,7 +105,8 @@ def _print_verdict(verdict: dict | None) -> None:
     if verdict:
         print(f"verdict: {verdict['status']}")
         for s in verdict["signals"]:
-            print(f"  {s['status']}: {s['message']}; try {s['try']}")
+            advice = f"; try {s['try']}" if s["try"] else ""  # a warning's advice is its message
+            print(f"  {s['status']}: {s['message']}{advice}")
 
 
 def _print_observables(summary) -> None:

@@ -50,7 +50,8 @@ def targets_exact(sampler_params: dict) -> bool:
 @dataclass(frozen=True)
 class Signal:
     """One finding of a check: ``status`` "warn" or "fail", the ``value`` behind it, what it
-    likely means (``message``) and the change to try (``advice``, the JSON's "try")."""
+    likely means (``message``) and the change to try (``advice``, the JSON's "try"; empty where
+    the message itself says what to try)."""
 
     code: str
     status: str
@@ -380,13 +381,13 @@ def _warnings(summary: dict) -> list[Signal]:
     """The summary's own warnings (the kernel's caveats) and the LLC's health warnings."""
     known = {"all_diverged", "no_acceptance"}  # said above with the numbers behind them
     out = [
-        Signal(w["code"], "warn", None, w["message"], "see the message")
+        Signal(w["code"], "warn", None, w["message"], "")  # its message says what to try
         for w in summary.get("warnings") or []
         if w["code"] not in known
     ]
     llc = (summary.get("observables") or {}).get("llc") or {}
     for w in llc.get("warnings") or []:
-        out.append(Signal(f"llc_{w['code']}", "warn", None, w["message"], "see the message"))
+        out.append(Signal(f"llc_{w['code']}", "warn", None, w["message"], ""))
     return out
 
 

@@ -183,7 +183,8 @@ def verdict_box(verdict: dict, status: str = "completed") -> None:
     word = verdict["status"]
     head = f"{status.capitalize()} · verdict **{word}**: {VERDICT_TEXT[word]}."
     lines = [
-        f"- **{s['code']}** ({s['status']}): {plain(s['message'])}. *Try:* {plain(s['try'])}."
+        f"- **{s['code']}** ({s['status']}): {plain(s['message'])}."
+        + (f" *Try:* {plain(s['try'])}." if s["try"] else "")  # a warning's advice is its message
         for s in verdict["signals"]
     ]
     text = "\n".join([head, *lines])
