@@ -52,7 +52,9 @@ def default_slots() -> tuple[int, int]:
     return n, 1
 
 
-_THREADS = threading.Lock()  # one block at a time sets and restores torch's (process-wide) count
+# one thread's blocks at a time set and restore torch's (process-wide) count; reentrant, so a
+# block nested in another (a test's run inside a thread-limited section) restores the outer count
+_THREADS = threading.RLock()
 
 
 @contextlib.contextmanager

@@ -92,8 +92,7 @@ def run_queued(home: Path) -> Store:
     """Execute the store's queued runs here, in turn, without compiling (no worker pool): a
     page's submitted runs, finished for the test as a worker would finish them, with a worker's
     torch threads (on a CPU, one: on a busy 2-core machine, two threads made the networks
-    page's default Adam-SGLD run take 80-100 s instead of 7 s). Never call it inside
-    ``torch_threads``: that lock is not reentrant."""
+    page's default Adam-SGLD run take 80-100 s instead of 7 s)."""
     from runs.loop import execute
     from runs.spec import parse_spec
     from runs.worker import default_slots, torch_threads

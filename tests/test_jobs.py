@@ -695,3 +695,16 @@ def test_a_run_queued_beside_a_busy_worker_gets_a_worker_of_its_own(tmp_path):
     finally:
         supervisor.terminate()  # its runs end interrupted
         supervisor.wait(30)
+
+
+def test_torch_threads_nests_and_restores_each_count():
+    import torch
+
+    from runs.worker import torch_threads
+
+    outer = torch.get_num_threads()
+    with torch_threads(1):
+        with torch_threads(2):  # nested in one thread: no deadlock (it once was a plain Lock)
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == outer

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from apptest import run_queued
 from safetensors.torch import save_file
 
 import landscapes
@@ -21,9 +22,7 @@ from cli.main import main as cli_main
 from landscapes.base import ParamError
 from landscapes.surface import surface
 from runs.store import Store
-from runs.worker import torch_threads
 from tests import model_factories
-from tests.apptest import run_queued
 
 FACTORIES = "tests/model_factories.py"
 
@@ -278,8 +277,7 @@ def test_sweep_checkpoints_gives_the_llc_at_each_by_step(tmp_path, monkeypatch, 
     ]  # fmt: skip
     _cli(tmp_path / "home", monkeypatch, *args)
     sweep_id = capsys.readouterr().out.strip()
-    with torch_threads(1):  # the pool's work, here, one thread a run as a worker runs it
-        run_queued(tmp_path / "home")
+    run_queued(tmp_path / "home")  # the pool's work, here, with a worker's threads
     _cli(tmp_path / "home", monkeypatch, "sweep", "show", sweep_id, "--json")
     result = json.loads(capsys.readouterr().out)
     cells = result["cells"]
