@@ -6,11 +6,13 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from browser import browser_page, screenshot, server  # noqa: F401  (fixtures)
 from playwright.sync_api import Error as PlaywrightError
 
 LOAD_MS = 90_000  # the first page load imports torch in the server
 RUN_MS = 180_000
+pytestmark = pytest.mark.browser
 
 
 def choose(page, label: str, option: str) -> None:

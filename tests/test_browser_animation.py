@@ -7,11 +7,14 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from browser import browser_page, screenshot, server  # noqa: F401  (fixtures)
 from playwright.sync_api import expect
 from test_browser import LOAD_MS, RUN_MS, assert_clean, choose, settle
 
 from runs.store import Store
+
+pytestmark = pytest.mark.browser
 
 
 def frame_of(player) -> int:

@@ -15,6 +15,8 @@ from samplers.llc import Paired
 
 # The tests' device: the CPU, as CI has it; BASIN_TEST_DEVICE=cuda runs the same tests on a GPU.
 DEVICE = os.environ.get("BASIN_TEST_DEVICE", "cpu")
+pytestmark = pytest.mark.compile  # every test here compiles the chunk
+
 
 CASES = [
     ("banana", "sgld", {"step_size": 0.01}),

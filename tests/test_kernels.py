@@ -5,7 +5,8 @@
   (a discrete Lyapunov equation per eigen-direction); the sampled covariance must match it.
 - MH kernels and BAOAB on the 2-D teaching potentials: chains started at exact draws stay
   exactly distributed (MH) or nearly (BAOAB at a small step); KS against fresh exact draws.
-- Reference 000's quadratic closed form; minibatch vs full batch; divergence containment.
+- The quadratic closed form (docs/methods/local-sampling.md); minibatch vs full batch;
+  divergence containment.
 """
 
 import math
@@ -14,7 +15,6 @@ import os
 import numpy as np
 import pytest
 import torch
-from parallel import parallel_map
 from scipy import linalg, stats
 
 import landscapes
@@ -184,7 +184,7 @@ def test_adaptive_kernels_with_a_dominant_stability_constant_are_exact_linear_re
 )
 def test_adaptive_kernels_at_their_defaults_documented_bias(name, band):
     """At the default a = 0.1 the preconditioners depend on the position and the Gamma term is
-    omitted (as in the papers), which inflates the variance: reference 001 measured ~1.33 for
+    omitted (as in the papers), which inflates the variance: docs/methods/sgrld.md has ~1.33 for
     RMSprop on N(0, I). This pins that documented bias (variance x lambda) at eps = 0.01;
     SGNHT has no such term and is within its small discretisation bias of 1."""
     kernel = samplers.make(name, step_size=0.01)
@@ -257,7 +257,7 @@ def test_hmc_jitter_draws_trajectory_lengths_per_chain():
 
 
 def test_mala_acceptance_reference_vector():
-    # devinterp's unit-test vector (reference 000 section 5): A = 0.6661436 and 0.9692332
+    # devinterp's unit-test vector (docs/methods/local-sampling.md): A = 0.6661436 and 0.9692332
     for prev, g_prev, u_prev, cur, g_cur, u_cur, eps, expected in [
         ((0, 0), (0, 0), 0.0, (1.5, 5.5), (1.5, 5.5), 16.25, 0.1, 0.6661436),
         ((1, 1), (1, 1), 1.0, (1.5, 0.5), (1.5, 0.5), 1.25, 0.5, 0.9692332),
@@ -267,7 +267,7 @@ def test_mala_acceptance_reference_vector():
         assert min(1.0, math.exp(log_a.item())) == pytest.approx(expected, abs=1e-6)
 
 
-# --- reference 000, section 7: the quadratic closed form -------------------------------------
+# --- the quadratic closed form (docs/methods/local-sampling.md) ------------------------------
 
 
 def quadratic_llc(name, steps, chains=2000, **params):
@@ -291,7 +291,7 @@ def test_sgld_quadratic_closed_form():
     c, nbeta, gamma, eps = np.array([1, 0.3, 3]), 1000.0, 1.0, 1e-4
     k = 2 * nbeta * c + gamma
     exact = float((nbeta * c / (k * (1 - eps * k / 4))).sum())
-    assert exact == pytest.approx(1.6210, abs=1e-4)  # the reference's number
+    assert exact == pytest.approx(1.6210, abs=1e-4)  # docs/methods/local-sampling.md's number
     got, se = quadratic_llc("sgld", 4000, step_size=eps)
     assert abs(got - exact) < 0.02 * exact and abs(got - exact) < 5 * se + 0.005 * exact
 
@@ -308,7 +308,7 @@ def test_momentum_kernels_quadratic_closed_form_and_the_paper_factor_two(name):
         exact = sum(
             nbeta * ci * sghmc_var(ki, eps, alpha, "paper") for ci, ki in zip(c, k, strict=True)
         )
-        assert exact == pytest.approx(3.05, abs=0.01)  # the reference's "as printed" figure
+        assert exact == pytest.approx(3.05, abs=0.01)  # the "as printed" figure (local-sampling.md)
         paper, _ = quadratic_llc(name, 2000, step_size=eps, friction=alpha, variant="paper")
         assert abs(paper - exact) < 0.03 * exact and paper / limit > 1.9, (paper, exact)
 
@@ -327,8 +327,8 @@ def preconditioned_llc(case: tuple[str, float, float]) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def preconditioned_runs() -> dict:
-    """The three long runs at once, in worker processes (tests/parallel.py)."""
-    return dict(zip(PRECONDITIONED, parallel_map(preconditioned_llc, PRECONDITIONED), strict=True))
+    """The three long runs, once for the tests that read them."""
+    return {name: preconditioned_llc(name) for name in PRECONDITIONED}
 
 
 @pytest.mark.slow
@@ -473,7 +473,7 @@ def test_divergence_during_a_run_is_caught():
         ("sgld", {"step": 0.1}, "unknown parameter"),
         ("sgld", {"batch_size": 0}, "sgld.batch_size"),
         ("rmsprop-sgld", {"b": 1.0}, "rmsprop-sgld.b"),
-        # reference 000: a > 0, b1, b2 in (0, 1); at a = 0 a zero gradient made the step inf
+        # Hitchcock & Hoogland: a > 0, b1, b2 in (0, 1); at a = 0 a zero gradient made the step inf
         ("rmsprop-sgld", {"a": 0.0}, "rmsprop-sgld.a: must be a number in [1e-08, 1e+06]"),
         ("adam-sgld", {"a": 0.0}, "adam-sgld.a: must be a number in [1e-08, 1e+06]"),
         ("adam-sgld", {"b2": 0.0}, "adam-sgld.b2: must be a number in [1e-06, 0.999999]"),

@@ -1,5 +1,5 @@
-"""TATi's thermodynamic checks and its integrator-order study (reference 003 section 7, tests 1,
-3 and 4; Figs. 2-4), through the "thermo" observable and the "order" sweep, against values
+"""TATi's thermodynamic checks and its integrator-order study (docs/methods/tati.md;
+Heber et al. 2020, Figs. 2-4), through the "thermo" observable and the "order" sweep, against values
 derived here: equipartition, the virial theorem, and each integrator's exact invariant
 covariance on a quadratic loss (the discrete Lyapunov equation of its linear recursion).
 
@@ -18,7 +18,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from parallel import parallel_map
 from scipy import linalg
 
 import landscapes
@@ -79,11 +78,8 @@ def run_cell(job: tuple) -> dict:
     return execute(spec, store, run_id)["observables"]["thermo"]
 
 
-def run_study(
-    tmp_path, observable: str, cells: list[tuple[str, float]], processes: int = 0, **settings
-) -> dict:
-    """The order sweep's cells (sampler, h), run in parallel (``processes`` 1: here, in turn);
-    (sampler, h) -> thermo summary."""
+def run_study(tmp_path, observable: str, cells: list[tuple[str, float]], **settings) -> dict:
+    """The order sweep's cells (sampler, h), run here in turn; (sampler, h) -> thermo summary."""
     jobs, keys = [], []
     for i, (sampler, h) in enumerate(cells):
         _, (cell,) = order.specs(
@@ -91,12 +87,12 @@ def run_study(
         )
         jobs.append((str(tmp_path / f"cell{i}"), cell[1].model_dump(mode="json")))
         keys.append((sampler, h))
-    done = [run_cell(job) for job in jobs] if processes == 1 else parallel_map(run_cell, jobs)
+    done = [run_cell(job) for job in jobs]
     return dict(zip(keys, done, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------
-# Section 7, tests 1 and 3.
+# Equipartition and the virial theorem (Heber et al. 2020, App. A).
 
 
 def thermo_of(tmp_path, target: dict, params: dict, chains: int, steps: int, burn_in: int = 0):
@@ -170,7 +166,7 @@ def test_order_specs_map_tati_units_and_refuse_what_has_no_answer():
 
 
 # ---------------------------------------------------------------------------------------------
-# Section 7, test 4: the orders, from simulations, against the exact errors.
+# The orders, from simulations, against the exact errors.
 
 HARMONIC = {"target": "harmonic", "target_params": {"a": 1.0}, "beta": 10.0, "friction": 1.0}
 
@@ -205,7 +201,7 @@ def test_integrator_orders_on_the_harmonic_oscillator(tmp_path):
             else:
                 virial, kinetic = exact_errors(SCHEMES[sampler], hessian, h, 1.0, 10.0)
                 exact = virial if observable == "virial" else kinetic
-            if sampler == "baoab":  # the closed form of reference 003 section 3
+            if sampler == "baoab":  # the closed form of docs/methods/tati.md
                 assert exact == pytest.approx(-(h**2) * 2 / 4, rel=1e-9)
             assert abs(value["error"] - exact) < 4 * value["error_se"] + 0.01 * abs(exact), (
                 sampler,
@@ -234,7 +230,7 @@ def test_two_clusters_cells_match_their_exact_errors(tmp_path):
         "steps": 1600,
     }
     cells = [("gla1", 2.0**-6), ("gla2", 2.0**-6)]
-    got = run_study(tmp_path, "virial", cells, processes=1, **settings)  # no spawn: 2 short runs
+    got = run_study(tmp_path, "virial", cells, **settings)
     hessian = hessian_of("slp", {"dataset": "two-clusters"})
     for (sampler, h), thermo in got.items():
         value = thermo["virial"]
@@ -249,7 +245,7 @@ def test_two_clusters_cells_match_their_exact_errors(tmp_path):
 
 
 def test_the_cli_runs_a_study_and_prints_each_cell_and_slope(tmp_path):
-    from test_jobs import cli
+    from clitest import jobs as cli
 
     out = cli(
         tmp_path,

@@ -14,9 +14,12 @@ import os
 import signal
 
 import pytest
-from test_jobs import cli, wait
+from clitest import process as cli  # a fresh process each: Ray's driver state is per process
+from test_jobs import wait
 
 from runs.store import Store
+
+pytestmark = pytest.mark.ray
 
 if os.environ.get("BASIN_REQUIRE_RAY") == "1":
     import ray  # noqa: F401  (fails here, loudly, when CI lacks it)

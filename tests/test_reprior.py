@@ -1,10 +1,10 @@
-"""Repriorisation of wide Bayesian networks (reference 002): the map's exact properties, the
+"""Repriorisation of wide Bayesian networks (Hron et al. 2022): the map's exact properties, the
 reprior-lmc kernel against exact laws, the TFP-style ESS, and the paper's two studies (ESS by
-width, KL from prior draws) at the reference's small scale.
+width, KL from prior draws) at the small scale of docs/methods/wide-networks.md.
 
 Independent values: autograd's Jacobian, numpy's linear algebra (the Gaussian posterior of a
 linear readout, Eq. 2; the GP marginal likelihood of Eq. 5), an AR(1)'s closed-form ESS, a
-plain loop of TFP's formula, and reference 002 section 5's numbers."""
+plain loop of TFP's formula, and the numbers of docs/methods/wide-networks.md."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from parallel import parallel_map
 
 import landscapes
 from landscapes.data import Dataset
@@ -166,7 +165,7 @@ def test_multi_output_equals_one_map_per_output():
 
 def run(spec: dict, home) -> tuple[dict, Store, str]:
     """The run in this process, one torch thread as a worker has (two made these small ops'
-    steps up to 80 times slower here: reference 002 section 5's trap)."""
+    steps up to 80 times slower here: the trap in docs/methods/wide-networks.md)."""
     store = Store(home)
     parsed = parse_spec(spec)
     run_id = store.create(parsed.model_dump(mode="json"))
@@ -286,7 +285,7 @@ def test_ess_per_step_is_tfps_formula_and_the_ar1_value():
 
 
 # ---------------------------------------------------------------------------------------------
-# The paper's studies at the reference's small scale (reference 002 section 5).
+# The paper's studies at a small scale (docs/methods/wide-networks.md).
 
 
 def ess_cell(spec_json: str) -> dict:
@@ -305,10 +304,10 @@ def ess_cell(spec_json: str) -> dict:
 @pytest.mark.slow
 def test_ess_study_repriorisation_mixes_faster_and_more_so_when_wider():
     """n = 16, widths 8 and 128, 1000 warm-up + 3000 steps, thinning 1, MH on, 2 chains (the
-    reference's 2 seeds) from the same start in both parametrisations. The reference measured
+    check's 2 seeds) from the same start in both parametrisations. The independent check measured
     f-ESS ratios 3.8 / 2.7 at width 8 and 16 / 22 at 128, steps .023 -> .065 and .025 -> .28."""
     _, cells = reprior.specs(widths=(8, 128), device="cpu")
-    results = parallel_map(ess_cell, [spec.model_dump_json() for _, spec in cells])
+    results = [ess_cell(spec.model_dump_json()) for _, spec in cells]
     got = {(c["width"], c["parametrisation"]): r for (c, _), r in zip(cells, results, strict=True)}
     ratio = {w: got[w, "reprior"]["f"] / got[w, "standard"]["f"] for w in (8, 128)}
     assert ratio[8] > 1.5 and ratio[128] > 5 and ratio[128] > ratio[8], ratio
@@ -321,8 +320,8 @@ def test_ess_study_repriorisation_mixes_faster_and_more_so_when_wider():
 
 def test_kl_from_prior_draws_vanishes_with_width_only_under_repriorisation():
     """n = 32, depth 1, 1000 prior draws, fixed seed: KL(q || p_phi) strictly decreases over
-    widths 8, 32, 128, 512 and ends below 10% of its width-8 value (the reference: 289 -> 7.7),
-    while KL(q || p_theta) stays flat (Prop. 2.3; the reference's plateau ~3000)."""
+    widths 8, 32, 128, 512 and ends below 10% of its width-8 value (the check: 289 -> 7.7),
+    while KL(q || p_theta) stays flat (Prop. 2.3; the check's plateau ~3000)."""
     rows = kl_table((8, 32, 128, 512), depth=1, n=32, draws=1000)
     phi = [r["reprior"] for r in rows]
     theta = [r["standard"] for r in rows]

@@ -1,11 +1,11 @@
-"""SGRLD's five metrics (reference 001) against dense linear algebra, exact reductions and the
+"""SGRLD's five metrics (Yu et al.) against dense linear algebra, exact reductions and the
 paper's funnel finding.
 
-Section 5's tests: 1. the Monge and Shampoo algebra of a step against dense inverses and roots
-(numpy, float64); 2. Monge at alpha2 = 0 is SGLD bit for bit, and Shampoo on a vector is
-full-matrix RMSprop (an independent numpy loop); 4. with the metric frozen (Gamma = 0) the
-sampled variance of N(0, I) is 1, while live adaptive metrics keep their documented Gamma bias;
-5. the funnel protocol (32 chains x 2e5 steps, 10% burn-in) against N(0, 80).
+The tests of docs/methods/sgrld.md: 1. the Monge and Shampoo algebra of a step against dense
+inverses and roots (numpy, float64); 2. Monge at alpha2 = 0 is SGLD bit for bit, and Shampoo on a
+vector is full-matrix RMSprop (an independent numpy loop); 4. with the metric frozen (Gamma = 0) the
+sampled variance of N(0, I) is 1, while live adaptive metrics keep their documented Gamma bias; 5.
+the funnel protocol (32 chains x 2e5 steps, 10% burn-in) against N(0, 80).
 """
 
 import itertools
@@ -15,7 +15,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from parallel import parallel_map
 from scipy import linalg, stats
 
 import landscapes
@@ -194,8 +193,8 @@ def stationary_variance(target, kernel, chains, steps, burn, state_edit=None, se
 @pytest.mark.parametrize("metric", ["monge", "shampoo", "rmsprop"])
 def test_a_frozen_metric_samples_the_target_variance(metric):
     """decay = 1 freezes G (so Gamma = 0): N(0, I_2), exact gradients, h = 1e-2 must give
-    variance 1 +- 0.06 (reference 001, test 4), in a metric far from the identity; 256 chains
-    x 6000 steps from exact draws (the reference's 32 x 2e4, in chains: SE < 0.02 asserted)."""
+    variance 1 +- 0.06 (docs/methods/sgrld.md), in a metric far from the identity; 256 chains
+    x 6000 steps from exact draws (the check's 32 x 2e4, in chains: SE < 0.02 asserted)."""
     target = landscapes.make("gaussian", dim=2, device="cpu", dtype="float64")
     kernel = samplers.make("sgrld", metric=metric, step_size=1e-2, decay=1.0, alpha2=1.0,
                            epsilon=0.0)  # fmt: skip
@@ -211,7 +210,7 @@ def test_a_frozen_metric_samples_the_target_variance(metric):
     assert abs(var - 1) < 0.06 and se < 0.02, (var, se)
 
 
-# reference 001 section 5, test 4 [reproduced, numpy]: N(0, I_2) at h = 0.01 with exact
+# docs/methods/sgrld.md (measured in numpy): N(0, I_2) at h = 0.01 with exact
 # gradients, and at the funnel's settings with N(0, 1) gradient noise
 BIAS = [
     ("rmsprop", 0.01, {"decay": 0.99, "epsilon": 1e-8}, 0.0, 1.33),
@@ -233,7 +232,7 @@ def bias_run(case: int) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def bias_runs() -> list[tuple[float, float]]:
-    return parallel_map(bias_run, range(len(BIAS)))  # the six runs at once (tests/parallel.py)
+    return [bias_run(i) for i in range(len(BIAS))]
 
 
 @pytest.mark.slow
@@ -267,7 +266,7 @@ def test_identity_has_no_gamma_caveat_and_the_run_warns_for_the_others():
 
 
 def funnel_run(metric, chains=funnel.CHAINS, steps=funnel.STEPS):
-    """Reference 001 section 2.1's protocol (studies.funnel: the paper's step sizes and settings,
+    """Yu et al.'s funnel protocol, Sec. 4.2 (studies.funnel: the paper's step sizes and settings,
     N(0, 1) gradient noise, start (1, 1)), compiled as a long run is."""
     target = landscapes.make("softplus-funnel", **funnel.TARGET["params"], device="cpu")
     kernel = samplers.make("sgrld", **funnel.PROTOCOL[metric])
@@ -281,10 +280,10 @@ def funnel_run(metric, chains=funnel.CHAINS, steps=funnel.STEPS):
 
 @pytest.mark.slow
 def test_the_funnel_finding_identity_misses_the_neck_and_the_others_reach_part_way():
-    """32 chains x 2e5 steps, 10% burn-in (reference 001, test 5): Identity never gets below
+    """32 chains x 2e5 steps, 10% burn-in (docs/methods/sgrld.md): Identity never gets below
     v = -10; RMSprop, Monge and Shampoo do (P > 0.03) and are closer in KS; Monge goes deepest;
     none reaches the true P(v < -10) = 0.132."""
-    runs = dict(zip(funnel.PROTOCOL, parallel_map(funnel_run, funnel.PROTOCOL), strict=True))
+    runs = {metric: funnel_run(metric) for metric in funnel.PROTOCOL}
     p10, low, ks = "P(v<-10)", "v min", "KS vs N(0,80)"
     identity = runs.pop("identity")
     assert identity[p10] < 0.005 and identity[low] > -10 and identity[ks] > 0.15, identity
@@ -338,7 +337,7 @@ def test_linalg_helpers_agree_with_scipy():
     np.testing.assert_allclose(dense_root(a, -0.5), linalg.fractional_matrix_power(a, -0.5))
 
 
-# --- 6. the digits MLP (reference 001 section 5.6, at the 2-core machine's scale) -------------
+# --- 6. the digits MLP (Yu et al. Sec. 4.3, at the 2-core machine's scale) ---------------------
 
 
 @pytest.mark.slow
@@ -346,8 +345,8 @@ def test_linalg_helpers_agree_with_scipy():
 def test_digits_every_metric_at_its_tuned_rate_classifies_and_its_ensemble_beats_its_draws(prior):
     """Accuracy > 0.9 for each metric at its tuned learning rate, the ensemble's log p above
     the mean single draw's (Jensen: a check of the logsumexp), and Monge at alpha2 = 0 giving
-    identity's numbers. No ordering of the metrics is asserted at this scale (reference 001
-    section 5: not established)."""
+    identity's numbers. No ordering of the metrics is asserted at this scale
+    (docs/methods/sgrld.md: not established)."""
     net = digits.target(prior)
     results = {}
     for metric in digits.METRICS:

@@ -60,6 +60,7 @@ print(json.dumps({"before": before, "after": after}))
 
 
 def test_importing_every_package_changes_nothing_outside_basin(tmp_path):
+    # a subprocess: the first import's effects on a bare process are the point
     out = subprocess.run(
         [sys.executable, "-c", PROBE, *PACKAGES],
         cwd=ROOT,
@@ -75,6 +76,21 @@ def test_importing_every_package_changes_nothing_outside_basin(tmp_path):
     assert after == before
 
 
+def test_importing_every_package_prints_nothing(tmp_path):
+    # a subprocess with Python's default warning filters, as a user's program runs: a warning
+    # printed on import (a superseded library's FutureWarning, say) is one the user did not cause
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)"
+    out = subprocess.run(
+        [sys.executable, "-c", code, *PACKAGES],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+
+
 def test_python_m_jobs_does_not_restart_itself_or_write_the_environment(tmp_path):
     # ``python -m jobs`` once re-executed itself with glibc tunables: its pid changed
     probe = (
@@ -84,6 +100,7 @@ def test_python_m_jobs_does_not_restart_itself_or_write_the_environment(tmp_path
         "except SystemExit as e:\n    code = e.code or 0\n"
         "print(os.getpid() == pid, dict(os.environ) == env, code)"
     )
+    # a subprocess: the probe compares its own pid and environment before and after
     out = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=ROOT,
