@@ -186,6 +186,7 @@ def test_every_module_imports_in_a_fresh_interpreter(graph):
         visit(m)
     names = [m for m in order if m not in ("app", "jobs.__main__") and _room(m) != "pages"]
     code = f"import importlib\nfor m in {names!r}:\n    importlib.import_module(m)\n"
+    # a subprocess: this process has imported most modules already, hiding a missing import
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
     )

@@ -1,4 +1,4 @@
-"""EQN, TATi's ensemble quasi-Newton sampler (reference 003 section 1 and section 7, tests 5-7):
+"""EQN, TATi's ensemble quasi-Newton sampler (Heber et al. 2020, eqs. 18-19; docs/methods/tati.md):
 plain BAOAB when eta = 0 or with one walker (bit for bit, same stream), its preconditioner
 against a covariance computed here with numpy, its rebuild schedule, and the speed-up of the
 slow mode on the anisotropic Gaussian of Fig. 10 with the variances still right."""
@@ -20,7 +20,7 @@ LAMBDA = np.linspace(1.0, 100.0, D)  # L(w) = (1/d) w^T C w: variance d / (2 lam
 
 
 def anisotropic():
-    """Reference 003 section 7's target: N(0, V diag(d / (2 lambda)) V^T), V a seeded rotation."""
+    """Fig. 10's target: N(0, V diag(d / (2 lambda)) V^T), V a seeded rotation."""
     return landscapes.make(
         "gaussian",
         dim=D,
@@ -89,8 +89,8 @@ def test_b_is_rebuilt_exactly_when_the_step_is_a_multiple_of_covariance_every():
 
 def test_eqn_mixes_the_slow_mode_at_least_three_times_faster_with_the_right_variances():
     """Fig. 10's setting at d = 4: BAOAB (eps 0.125, gamma 1, beta 1), eta 10, 8 walkers, B
-    rebuilt every 1000 steps; reference 003 reads IAT 30.8 for one walker and 2.5 for 8 along
-    the slowest direction. The IAT is read per walker and averaged over the 8."""
+    rebuilt every 1000 steps; a numpy check (docs/methods/tati.md) reads IAT 30.8 for one walker
+    and 2.5 for 8 along the slowest direction. The IAT is read per walker, averaged over the 8."""
     steps, burn = 20_000, 2_000
     target = anisotropic()
     rotation = np.linalg.eigh(target.cov.numpy())[1]  # ascending variances: slowest last

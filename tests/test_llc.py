@@ -1,5 +1,6 @@
 """The LLC estimator: arithmetic, probes, health signals and training, against values derived
-independently (closed forms, reference 000's numbers, devinterp's unit-test vectors, lstsq)."""
+independently (closed forms, Hitchcock & Hoogland's numbers, devinterp's unit-test vectors,
+lstsq)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from samplers.training import random_init, train
 
 
 def test_default_nbeta_is_n_over_log_n():
-    # Reference 000, notation: n = 1e6 -> 72382.41, 1e5 -> 8685.89, 1e4 -> 1085.74.
+    # docs/methods/local-sampling.md: n = 1e6 -> 72382.41, 1e5 -> 8685.89, 1e4 -> 1085.74.
     assert llc.default_nbeta(10**6) == pytest.approx(72382.41, abs=0.01)
     assert llc.default_nbeta(10**5) == pytest.approx(8685.89, abs=0.01)
     assert llc.default_nbeta(10**4) == pytest.approx(1085.74, abs=0.01)
@@ -72,7 +73,7 @@ def test_wbic_is_n_times_the_mean_loss_at_beta_one_over_log_n():
 @pytest.mark.parametrize(
     "w, g, u, w_new, g_new, u_new, eps, expected",
     [
-        # devinterp's unit-test vectors (reference 000, section 5)
+        # devinterp's unit-test vectors (docs/methods/local-sampling.md)
         ((0.0, 0.0), (0.0, 0.0), 0.0, (1.5, 5.5), (1.5, 5.5), 16.25, 0.1, 0.6661436),
         ((1.0, 1.0), (1.0, 1.0), 1.0, (1.5, 0.5), (1.5, 0.5), 1.25, 0.5, 0.9692332),
     ],

@@ -1,5 +1,5 @@
-"""LLC estimates on normal crossings against exact finite-n values by quadrature (reference 004,
-section 5B): the value nbeta (E[L] - L(0)) converges to at t = n is t E_t[K], computed by
+"""LLC estimates on normal crossings against exact finite-n values by quadrature
+(docs/methods/vi.md): the value nbeta (E[L] - L(0)) converges to at t = n is t E_t[K], computed by
 ``NormalCrossing.llc_at``, independently of any sampler.
 
 SGLD and RMSProp-SGLD are biased by O(eps) at a finite step, so each estimate is Richardson-

@@ -1,6 +1,6 @@
 """Network targets: batching against a per-chain loop, forward passes against plain single-chain
 implementations written here (and torch.nn), autograd against central finite differences,
-seeded reproducibility of every dataset, and the DLN task generator (App. D.1 of reference 000)
+seeded reproducibility of every dataset, and the DLN task generator (Hitchcock & Hoogland, App. D.1)
 against closed-form statistics.
 
 Statistical checks use fixed seeds and a 4-standard-error band computed from the Monte Carlo
@@ -402,7 +402,7 @@ def test_tiny_size_class_depths_and_widths():
 
 
 def test_small_size_class_ranges():
-    # small: M in [2, 5], H in [5, 20] (reference 000, section 7), inclusive, every value drawn.
+    # small: M in [2, 5], H in [5, 20] (docs/methods/local-sampling.md), inclusive, all drawn.
     g = torch.Generator().manual_seed(1)
     draws = [dln.dln_truth(None, None, "small", g)[0] for _ in range(400)]
     assert {len(w) - 1 for w in draws} == {2, 3, 4, 5}
@@ -561,7 +561,7 @@ def test_test_loss_shape(key):
 
 
 # ---------------------------------------------------------------------------------------------
-# Bayesian priors on the MLP (reference 001, section 2.2) and the digits' validation split.
+# Bayesian priors on the MLP (Yu et al. Sec. 4.3) and the digits' validation split.
 
 PRIOR_PARAMS = {"dataset": "digits", "hidden_sizes": (6, 5), "n": 300, "seed": 3}
 
@@ -577,7 +577,7 @@ def random_prior_point(target, chains: int = 3, seed: int = 0) -> torch.Tensor:
 
 def layer_sigmas(target) -> list[float]:
     """sigma_w = 1.41 / sqrt(fan_in) (fan_in: a weight's columns), sigma_b = 1: from the
-    layout's shapes, as reference 001's code scales them."""
+    layout's shapes, as Yu et al.'s code scales them."""
     return [1.41 / math.sqrt(s[1]) if len(s) == 2 else 1.0 for s in target.layout.values()]
 
 

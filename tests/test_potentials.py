@@ -253,8 +253,8 @@ def test_softplus_funnel_moments():
 
 def test_softplus_funnel_x_marginal_and_cdf_against_exact_draws():
     """p(x) has a cusp at mu = 2 (6% of the mass within 1e-3 of it), so it is integrated on
-    x = 2 +- e^u: mass 1, variance E softplus(v) = 3.6406 (reference 001), and its CDF, which
-    must agree with the integrated density, passes KS against exact draws."""
+    x = 2 +- e^u: mass 1, variance E softplus(v) = 3.6406 (docs/methods/sgrld.md), and its CDF,
+    which must agree with the integrated density, passes KS against exact draws."""
     target = build("softplus-funnel")
     u = torch.linspace(-60, math.log(70), 20_001, dtype=torch.float64)
     logpdf = target.marginals[0]

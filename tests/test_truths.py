@@ -1,4 +1,4 @@
-"""Truth oracles against the reference tables (000 and 004) and against each other."""
+"""Truth oracles against the tables of docs/methods (local-sampling.md, vi.md) and each other."""
 
 import itertools
 import math
@@ -15,7 +15,7 @@ from landscapes.truths import (
     tanh_llc,
 )
 
-# Reference 000, section 3 ("Reference values"): H (H0..HM), r, d, lambda, m (None: not given).
+# docs/methods/local-sampling.md's table: H (H0..HM), r, d, lambda, m (None: not given).
 DLN_TABLE = [
     ([1, 1, 1], 0, 2, 0.5, 2),
     ([1, 1, 1], 1, 2, 0.5, 1),
@@ -58,7 +58,7 @@ def test_dln_with_two_layers_agrees_with_reduced_rank_regression_for_all_small_s
         for r in range(min(m_in, h, n_out) + 1):
             assert dln_llc([m_in, h, n_out], r) == rrr_llc(m_in, h, n_out, r), (m_in, h, n_out, r)
             count += 1
-    assert count == 1808  # the reference's count of (sizes, rank) combinations
+    assert count == 1808  # local-sampling.md's count of (sizes, rank) pairs
 
 
 def test_dln_llc_is_at_most_half_the_parameter_count():
@@ -77,13 +77,14 @@ def test_one_layer_is_regular():
 
 
 def test_rrr_paper_table():
-    # Reference 004, Table 1(b): M = H + 3, N = H, r = H gives 324 (H = 24) and 560 (H = 32).
+    # The VI paper's Table 1(b): M = H + 3, N = H, r = H gives 324 (H = 24) and 560 (H = 32).
     assert rrr_llc(27, 24, 24, 24) == (324.0, 1)
     assert rrr_llc(35, 32, 32, 32) == (560.0, 1)
     assert rrr_llc(1, 1, 1, 0) == (0.5, 2)  # K ~ (ab)^2
 
 
-# Reference 004: (H, lambda, m); lambda = (H + i^2 + i) / (4i + 2).
+# Aoyagi & Watanabe (2006), as the VI paper uses it: (H, lambda, m);
+# lambda = (H + i^2 + i) / (4i + 2).
 TANH_TABLE = [
     (1, 0.5, 2),
     (2, 2 / 3, 1),
@@ -121,7 +122,7 @@ def test_tanh_table(hidden, lam, m):
     ],
 )
 def test_normal_crossing_examples(k, form, lam, m):
-    # Reference 000 section 6 and reference 004 section 1 list these.
+    # docs/methods/local-sampling.md and docs/methods/vi.md list these.
     assert normal_crossing_rlct(k, form=form) == (pytest.approx(lam), m)
 
 
@@ -142,7 +143,7 @@ def test_targets_carry_their_truths():
     assert nc.true_llc == (0.25, 1)
 
 
-# Reference 004 section 5(B): t E_t[K] by quadrature, prior N(0, s^2 I), 4 printed digits.
+# docs/methods/vi.md: t E_t[K] by quadrature, prior N(0, s^2 I), 4 printed digits.
 FINITE_T = [
     ((1, 2), 1.0, [(1e2, 0.2057), (1e3, 0.2249), (1e4, 0.2358), (1e5, 0.2420), (1e6, 0.2455)]),
     ((1, 1), 1.0, [(1e2, 0.3542), (1e3, 0.3903), (1e4, 0.4123), (1e5, 0.4271), (1e6, 0.4375)]),
@@ -157,7 +158,7 @@ def test_finite_t_learning_coefficient_reference_values(k, s, table):
 
 
 def test_finite_t_wbic_mapping():
-    # n -> t = n / log n (reference 004): 0.2095 / 0.3614 at n = 1e3, 0.2353 / 0.4112 at 1e5
+    # n -> t = n / log n (docs/methods/vi.md): 0.2095 / 0.3614 at n = 1e3, 0.2353 / 0.4112 at 1e5
     for n, a, b in [(1e3, 0.2095, 0.3614), (1e4, 0.2254, 0.3912), (1e5, 0.2353, 0.4112)]:
         t = n / math.log(n)
         assert normal_crossing_llc_at((1, 2), t) == pytest.approx(a, abs=6e-5)

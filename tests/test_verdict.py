@@ -153,7 +153,7 @@ def test_thresholds_follow_the_published_rules():
 
 
 def test_a_repriorised_run_is_judged_on_its_precision_warm_up_and_skipped_mh():
-    """reprior-lmc: with MH skipped, a mean acceptance probability under reference 002's 0.98 is
+    """reprior-lmc: with MH skipped, a mean acceptance probability under Hron et al.'s 0.98 is
     flagged (the MH band does not apply); a burn-in shorter than the step's warm-up, and float32
     under repriorisation, are warned about."""
     lmc = {"step_size": 0.01, "mh": True, "warmup": 100}

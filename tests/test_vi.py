@@ -1,6 +1,7 @@
-"""VI via resolution of singularities (samplers/vi.py, reference 004): the sources against
+"""VI via resolution of singularities (samplers/vi.py, docs/methods/vi.md): the sources against
 scipy's distributions, quadrature and Monte Carlo; the flow's log|det| against autograd's
-Jacobian; section 5(A)'s table, slopes and bound against the reference and a second quadrature."""
+Jacobian; the normal-crossing table, slopes and bound against docs/methods/vi.md and a second
+quadrature."""
 
 from __future__ import annotations
 
@@ -269,11 +270,11 @@ def test_identity_init_starts_at_the_identity_and_still_learns():
     assert all(g is not None and g.abs().sum() > 0 for g in last)
 
 
-# -- (c) section 5(A): K = w1^2 w2^4, N(0, I) prior, identity resolution -----------------------
+# -- (c) the normal-crossing check: K = w1^2 w2^4, N(0, I) prior, identity resolution ----------
 
 KS = (1, 2)
 NS = (1e2, 1e3, 1e4, 1e5, 1e6)
-# Reference 004 section 5(A): n -> (log Z_bar_K, sup Psi Gaussian-MF, sup Psi gen-gamma-MF).
+# docs/methods/vi.md: n -> (log Z_bar_K, sup Psi Gaussian-MF, sup Psi gen-gamma-MF).
 TABLE = {
     1e2: (-1.1118, -1.4658, -1.4219),
     1e3: (-1.6095, -2.0279, -1.9818),
@@ -384,9 +385,9 @@ def test_a_regular_k_is_fitted_exactly_by_both_families():
         assert vi.sup_psi(family, n, (1,))[0] == pytest.approx(exact, abs=1e-8)
 
 
-# -- (d) section 5(C): Psi = ELBO + n S_n on the tanh network, the fit, log Z_bar -------------
+# -- (d) Psi = ELBO + n S_n on the tanh network (the paper's Sec. 7), the fit, log Z_bar -------
 
-PRIOR = (5.0, 10.0)  # reference 004's prior (5, 100) is (mean, variance): sd 10
+PRIOR = (5.0, 10.0)  # the VI paper's prior (5, 100) is (mean, variance): sd 10
 
 
 def _tanh(n, hidden=1, seed=0, dtype="float64"):
@@ -411,7 +412,7 @@ def test_psi_estimate_equals_the_model_written_out_in_numpy():
     a, b = w[:, :1], w[:, 1:]
     squares = ((y - b * np.tanh(a * x)) ** 2).sum(1)  # [M]
     n_k = 0.5 * (squares - (y * y).sum())  # sum_i log p(y_i | 0) - log p(y_i | w)
-    n_s = (0.5 * math.log(2 * math.pi) + 0.5 * y * y).sum()  # reference 004 section 5(C)
+    n_s = (0.5 * math.log(2 * math.pi) + 0.5 * y * y).sum()  # docs/methods/vi.md
     log_lik = -0.5 * len(y) * math.log(2 * math.pi) - 0.5 * squares
     log_phi = stats.norm(PRIOR[0], PRIOR[1]).logpdf(w).sum(1)
     entropy = stats.norm(0, np.sqrt([0.05, 0.2])).entropy().sum()
@@ -449,8 +450,8 @@ def test_psi_estimate_through_a_flow_and_on_a_potential_and_without_a_truth():
         bare = vi.psi_estimate(target, source, flow, *PRIOR, 32, _gen(5))
     assert bare.psi is None and bare.n_k is None and bare.n_s is None
     assert bare.value is bare.elbo and bare.elbo.item() == pytest.approx(est.elbo.item())
-    # A potential: normal-crossing's energy n K(w) is -sum log p, so Psi is section 5(A)'s
-    # closed-form Psi_K (identity flow, N(0, I) prior); Monte Carlo within its error.
+    # A potential: normal-crossing's energy n K(w) is -sum log p, so Psi is the normal-crossing
+    # check's closed-form Psi_K (identity flow, N(0, I) prior); Monte Carlo within its error.
     import landscapes
 
     crossing = landscapes.make(
@@ -540,7 +541,7 @@ def test_log_z_bar_tanh1_by_quadrature_and_by_a_grid():
 
 
 def _sources(n):
-    """mu0 = 5 (reference 004 section 2): nf_gamma_500_1_100 (lambda = (1, 500), k = 1,
+    """mu0 = 5 (the VI paper's Sec. 7): nf_gamma_500_1_100 (lambda = (1, 500), k = 1,
     beta = (n, 100), learned) and its baseline nf_gaussian_5_5e-2 (N(5, 0.05), fixed)."""
     gamma = vi.GeneralizedGamma.paper_init(2, n, lambda0=500.0, k0=1.0, beta0=100.0, dtype=F64)
     gauss = vi.GaussianSource.like_gamma(2, lambda0=500.0, beta0=100.0, dtype=F64)
