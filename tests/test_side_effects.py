@@ -59,16 +59,21 @@ print(json.dumps({"before": before, "after": after}))
 """
 
 
-def test_importing_every_package_changes_nothing_outside_basin(tmp_path):
-    # a subprocess: the first import's effects on a bare process are the point
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, *PACKAGES],
+def bare_python(code: str, home: Path) -> subprocess.CompletedProcess:
+    """``python -c code PACKAGES`` in a fresh interpreter with a bare environment: the first
+    import's effects on a bare process are the point."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *PACKAGES],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home)},
     )
+
+
+def test_importing_every_package_changes_nothing_outside_basin(tmp_path):
+    out = bare_python(PROBE, tmp_path)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     before, after = seen["before"], seen["after"]
@@ -77,17 +82,10 @@ def test_importing_every_package_changes_nothing_outside_basin(tmp_path):
 
 
 def test_importing_every_package_prints_nothing(tmp_path):
-    # a subprocess with Python's default warning filters, as a user's program runs: a warning
-    # printed on import (a superseded library's FutureWarning, say) is one the user did not cause
+    # Python's default warning filters, as a user's program runs: a warning printed on import
+    # (a superseded library's FutureWarning, say) is one the user did not cause
     code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)"
-    out = subprocess.run(
-        [sys.executable, "-c", code, *PACKAGES],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-    )
+    out = bare_python(code, tmp_path)
     assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
 
 
