@@ -70,6 +70,12 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 # Parameter specs: the single source the CLI flags, RunSpec validation and app widgets come from.
 
 
+def _shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error message stays one line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 12]}... ({len(text)} chars)"
+
+
 @dataclass(frozen=True)
 class Param:
     """One user-facing parameter. ``kind`` is one of int, float, bool, choice, str, ints, floats.
@@ -143,12 +149,13 @@ class Param:
         return self._scalar(value, self.kind, name)
 
     def _scalar(self, value: Any, kind: str, name: str) -> int | float:
+        """``value`` as a number of ``kind`` within the range, else a ParamError naming both."""
         if isinstance(value, (bool, np.bool_)):
             raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
         try:
             number = float(value)
-        except (TypeError, ValueError):
-            raise ParamError(name, f"must be {self.allowed()}, got {value!r}") from None
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float's range
+            raise ParamError(name, f"must be {self.allowed()}, got {_shown(value)}") from None
         if not math.isfinite(number):
             raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
         if kind == "int":

@@ -66,6 +66,9 @@ def test_unknown_parameter_lists_the_known_ones():
         ("mlp", "mlp.n", {"n": 5000}, "[1, 1437]"),
         ("mlp", "mlp.hidden_sizes", {"hidden_sizes": (8, 0)}, "each in [1, 4096]"),
         ("slp", "slp.dataset", {"dataset": "mnist"}, "'digits'"),
+        # beyond float's range: float() raises OverflowError, once a traceback
+        ("gaussian", "gaussian.dim", {"dim": 10**400}, "[1, 2000], got 1000"),
+        ("mlp", "mlp.hidden_sizes", {"hidden_sizes": (8, 10**400)}, "(401 chars)"),
     ],
 )
 def test_out_of_range_values_name_the_field_and_the_range(name, field, params, fragment):
