@@ -11,7 +11,7 @@ from cli.common import out_path, write
 from runs.jsonsafe import json_safe
 from runs.spec import SpecError
 from runs.store import Store
-from studies.arguments import floats
+from studies.arguments import integers
 
 
 def cmd_surface(args: argparse.Namespace, store: Store) -> int:
@@ -63,7 +63,7 @@ def cmd_wide(args: argparse.Namespace, store: Store) -> int:
     from studies import wide
 
     if args.study == "kl":
-        widths = tuple(int(w) for w in floats(args.widths, "--widths"))
+        widths = integers(args.widths, "--widths")
         with torch_threads(1):  # n x n factorisations: one thread (docs/methods/wide-networks.md)
             try:
                 rows = wide.kl_table(widths, args.depth, args.n, args.draws, args.data, args.seed)

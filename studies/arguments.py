@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import math
 from collections.abc import Callable
 
 from runs.spec import SpecError
@@ -46,6 +47,14 @@ def floats(text: str, flag: str) -> tuple[float, ...]:
     if not values:
         raise SpecError(flag, f"must be one or more comma-separated numbers, got {text!r}")
     return values
+
+
+def integers(text: str, flag: str, low: int = 1) -> tuple[int, ...]:
+    """Comma-separated whole numbers >= ``low`` (widths, sizes): 2.5 is refused, never cut to 2."""
+    values = floats(text, flag)
+    if not all(math.isfinite(v) and v == int(v) and v >= low for v in values):
+        raise SpecError(flag, f"must be comma-separated integers >= {low}, got {text!r}")
+    return tuple(int(v) for v in values)
 
 
 def names(text: str) -> tuple[str, ...]:

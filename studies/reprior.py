@@ -222,7 +222,7 @@ def add_arguments(k: argparse.ArgumentParser) -> None:
 
 
 def specs_from_args(args: argparse.Namespace, base=None) -> tuple[dict, list]:
-    widths = tuple(int(w) for w in arguments.floats(args.widths, "--widths"))
+    widths = arguments.integers(args.widths, "--widths")
     return specs(**arguments.keywords(args, specs, widths=widths, mh=not args.skip_mh))
 
 

@@ -268,7 +268,7 @@ def specs_from_args(args: argparse.Namespace, base=None) -> tuple[dict, list]:
             args,
             specs,
             target_params=arguments.pairs(args.target_param, "--target-param"),
-            ns=tuple(int(n) for n in arguments.floats(args.ns, "--ns")),
+            ns=arguments.integers(args.ns, "--ns"),
             sources=arguments.names(args.source),
             vi_options=arguments.pairs(args.vi_param, "--vi-param"),
         )

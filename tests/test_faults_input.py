@@ -468,3 +468,19 @@ def test_a_run_that_accepted_nothing_warns_and_keeps_the_kernels_caveats(
         "--chains", "4",
     )  # fmt: skip
     assert [w["code"] for w in summary["warnings"]] == ["dropped_gamma", "all_diverged"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["sweep", "reprior", "--widths", "8,2.5"], "--widths"),
+        (["sweep", "vi", "--target", "tanh", "--ns", "500,2.7"], "--ns"),
+        (["wide", "kl", "--widths", "8,0"], "--widths"),
+    ],
+)
+def test_fractional_or_zero_sizes_are_refused_not_truncated(tmp_path, argv, flag):
+    from clitest import jobs
+
+    out = jobs(tmp_path, *argv)  # once: 2.5 queued a width-2 network without a word
+    assert out.returncode == 2 and f"{flag}: must be comma-separated integers >= 1" in out.stderr
+    assert Store(tmp_path).list() == []
