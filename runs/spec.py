@@ -110,7 +110,8 @@ class LLCOptions(_Model):
     train_batch_size: int | None = Field(
         None,
         ge=1,
-        description="an integer >= 1, or null: full batch up to 4096 points, else 512",
+        le=10_000_000,  # the samplers' batch_size bound: no dataset here is larger
+        description="an integer in [1, 10000000], or null: full batch up to 4096 points, else 512",
     )
     train_patience: int = Field(500, ge=1, le=10_000_000)
 

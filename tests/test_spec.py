@@ -54,6 +54,11 @@ BAD = [
     (spec_with(steps=10, thin=11), "thin", ["[1, 10]", "got 11"]),
     (spec_with(steps=10, flush_every=20), "flush_every", ["[0, 10]", "got 20"]),
     (spec_with(seed=-1), "seed", ["[0, 2147483647]", "got -1"]),
+    (
+        spec_with(llc={"train_batch_size": 10**19}),  # was accepted (issue 60 item 5)
+        "llc.train_batch_size",
+        ["an integer in [1, 10000000]", "got 10000000000000000000"],
+    ),
     (spec_with(device="gpu"), "device", ["'auto', 'cpu', 'cuda' or 'cuda:<i>'", "got 'gpu'"]),
     (spec_with(device="cuda:x"), "device", ["'cuda:<i>'", "got 'cuda:x'"]),
     (spec_with(dtype="float16"), "dtype", ["['float32', 'float64']", "got 'float16'"]),
