@@ -2,15 +2,18 @@
 
 Eager PyTorch pays microseconds of dispatch per operation, which dominates a step on a small
 target. A ``Chunk`` runs one block of the run's ``Noise`` (``samplers.base``) through the
-kernel's own ``step``, compiled with ``torch.compile``: on a CPU as a ``scan`` over the block's
-rows (one graph of one step, looped in C++), on CUDA as the compiled step called once per row
-(its kernels queue without a host sync). It reads the rows the eager loop would read, so both
-paths give the same trajectory up to float rounding. A block's part (a run's tail, a job's first
-block) runs through the same chunk, its rows padded to the block and the padding's steps
-masked out (``usable`` says when that beats stepping eagerly).
+kernel's own ``step``: on a CPU as a ``scan`` over the block's rows (one graph of one step,
+looped in C++), compiled ahead of time into a package file that ``samplers.cache`` keeps on disk
+for every later process (``torch.compile`` where the export fails); on CUDA as the
+``torch.compile``d step called once per row (its kernels queue without a host sync). It reads
+the rows the eager loop would read, so both paths give the same trajectory up to float
+rounding. A block's part (a run's tail, a job's first block) runs through the same chunk, its
+rows padded to the block and the padding's steps masked out (``usable`` says when that beats
+stepping eagerly).
 
-A compile takes seconds (a minute with a cold cache on a small machine). ``start`` compiles in a
-background thread, so a run steps eagerly meanwhile and switches when ``ready``.
+A compile takes seconds (a minute with a cold cache on a small machine); loading a package
+takes milliseconds. ``start`` loads or compiles in a background thread, so a run steps eagerly
+meanwhile and switches when ``ready``.
 """
 
 from __future__ import annotations
@@ -18,14 +21,18 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import warnings
 import weakref
 from dataclasses import fields, replace
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from .cache import code, find, fingerprint, remove, save
+from .cache import key as cache_key
 from .state import Info, State
 
 
@@ -48,6 +55,29 @@ _SETTINGS = {"capture_scalar_outputs": True, "recompile_limit": 256}
 
 def _settings():
     return torch._dynamo.config.patch(**_SETTINGS)
+
+
+# A CPU chunk is compiled ahead of time into a package file (torch.export, then AOTInductor),
+# kept on disk by ``samplers.cache``: a later process loads it in milliseconds, where
+# torch.compile traced and compiled again in every process (~10 s with inductor's warm cache).
+def _export_package(module: torch.nn.Module, args: tuple, path: str) -> None:
+    with _settings():
+        program = torch.export.export(module, args, strict=True)
+    torch._inductor.aoti_compile_and_package(program, package_path=path)
+
+
+class _Package:
+    """A package file loaded: AOTInductor's runner, called with the chunk's arguments."""
+
+    def __init__(self, path: str, noise_keys: list[str], held: list[Tensor]):
+        self.runner = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1)
+        self.out_spec = torch.utils._pytree.treespec_loads(self.runner.get_call_spec()[1])
+        self.noise_keys, self.held = noise_keys, held
+
+    def __call__(self, carry: tuple, noise: dict[str, Tensor], live: Tensor):
+        noise_rows = [noise[k] for k in self.noise_keys]
+        flat = self.runner.boxed_run([*carry, *noise_rows, live, *self.held])
+        return torch.utils._pytree.tree_unflatten(flat, self.out_spec)
 
 
 # -- the public side ---------------------------------------------------------------------------
@@ -81,16 +111,84 @@ class Chunk:
         self.device = state.position.device.type
         self.loop = self.device != "cpu" if loop is None else loop
         self.compiled = None  # built in ``start``'s thread: importing the compiler takes seconds
+        self._key: str | None = None
+        self.from_cache = False  # loaded from the disk cache (compiled in an earlier process)
+        self.package_error: BaseException | None = None  # why the ahead-of-time path failed
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
     def _build(self) -> None:
         options = OPTIONS.get(self.device, {})
+        if not self.loop and self.load():
+            return
+        if not self.loop:  # ahead of time, into the cache; torch.compile where that fails
+            try:
+                self._package()
+                return
+            except Exception as exc:  # e.g. an op torch.export cannot trace: compile instead
+                self.package_error = exc
         if self.loop:  # the compiled step, once per row
             self.step = torch.compile(self._step, dynamic=False, options=options)
             self.compiled = self._loop
         else:  # the compiled scan over the rows
             self.compiled = torch.compile(self._scan, dynamic=False, options=options)
+
+    # -- the package on disk (CPU) -----------------------------------------------------------
+    def key(self) -> str:
+        """The cache entry's name: everything the compiled code depends on (samplers.cache)."""
+        if self._key is None:
+            noise = self._example_noise()
+            self._key = cache_key(
+                kernel=fingerprint(self.kernel),
+                target=fingerprint(self.target),
+                state=fingerprint(type(self.template)),
+                shapes=[(n, *_shape(getattr(self.template, n))) for n in self.names],
+                noise=[(k, *_shape(v)) for k, v in noise.items()],
+                length=self.length,
+                positions=self.positions,
+                device=str(self.template.position.device),
+                code=code(),
+            )
+        return self._key
+
+    def load(self) -> bool:
+        """Load this chunk's package from the cache, if there is a sound one; True if loaded."""
+        if self.compiled is not None:
+            return True
+        if self.loop:
+            return False
+        found = find(self.key())
+        if found is None:
+            return False
+        try:
+            held = self._held()
+            if found[1].get("held") != len(held):
+                raise ValueError("the package takes other tensors than this kernel holds")
+            self.compiled = _Package(str(found[0]), found[1]["noise"], held)
+        except Exception:  # unloadable (a package of another build): rebuilt, never trusted
+            remove(self.key())
+            return False
+        self.from_cache = True
+        return True
+
+    def _package(self) -> None:
+        """Export the scan, compile it ahead of time, file it in the cache and load it."""
+        module = _Scan(self)
+        carry = _unalias(tuple(getattr(self.template, n) for n in self.names))
+        noise = self._example_noise()
+        live = torch.ones(self.length, dtype=torch.bool, device=self.template.position.device)
+        held = self._held()
+        with tempfile.TemporaryDirectory(prefix="basin-aot-") as tmp:
+            built = os.path.join(tmp, "chunk.pt2")
+            _export_package(module, (carry, noise, live, held), built)
+            meta = {"noise": list(noise), "held": len(held), "kernel": self.kernel.name}
+            path = save(self.key(), Path(built), meta)
+        self.compiled = _Package(str(path), list(noise), held)
+
+    def _held(self) -> list[Tensor]:
+        """The tensors the kernel and the target hold, in ``_held``'s order: the package's
+        last inputs (read at each call, so an in-place update, as w0's losses get, is seen)."""
+        return _unique([place[key] for place, key in _held(self.kernel, self.target)])
 
     # -- one step as a function of tensors ----------------------------------------------------
     def _step(self, carry: tuple, noise: dict[str, Tensor], live: Tensor | None = None):
@@ -149,8 +247,11 @@ class Chunk:
             live = torch.arange(self.length, device=state.position.device) < rows
             if rows < self.length:
                 noise = {k: _padded(v, self.length) for k, v in noise.items()}
-        with _settings():
+        if isinstance(self.compiled, _Package):  # no dynamo: importing it takes seconds
             carry, ys = self.compiled(carry, noise, live)
+        else:
+            with _settings():
+                carry, ys = self.compiled(carry, noise, live)
         state = replace(state, **dict(zip(self.names, carry, strict=True)))
         ys = {k: v[:rows] for k, v in ys.items()}
         loss, accepted, diverged = ys.pop("loss"), ys.pop("accepted"), ys.pop("diverged")
@@ -159,7 +260,7 @@ class Chunk:
     def start(self) -> Chunk:
         """Compile in a background thread (a call on zero draws, its results dropped): the
         run's generator is not touched, and the caller steps eagerly until ``ready``."""
-        if self.thread is None:
+        if self.thread is None and not self.load():
             zeros = {k: torch.zeros_like(v) for k, v in self._example_noise().items()}
             example = replace(self.template)
 
@@ -175,7 +276,9 @@ class Chunk:
 
     @property
     def ready(self) -> bool:
-        return self.thread is not None and not self.thread.is_alive() and self.error is None
+        if self.error is not None or self.compiled is None:
+            return False
+        return self.thread is None or not self.thread.is_alive()
 
     @property
     def failed(self) -> bool:
@@ -183,7 +286,9 @@ class Chunk:
 
     def wait(self) -> bool:
         """Block until the compile ends; True when it succeeded."""
-        self.start().thread.join()
+        thread = self.start().thread
+        if thread is not None:
+            thread.join()
         return self.error is None
 
     def _example_noise(self) -> dict[str, Tensor]:
@@ -198,6 +303,67 @@ class Chunk:
             )
             for k, d in draws.items()
         }
+
+
+class _Scan(torch.nn.Module):
+    """The chunk's scan as the module torch.export traces. The tensors the kernel and the target
+    hold (data, weights, w0's losses) are its inputs, swapped in where they live while it
+    traces: scan cannot trace a step that reads tensors from outside its arguments."""
+
+    def __init__(self, chunk: Chunk):
+        super().__init__()
+        self.chunk = chunk
+
+    def forward(self, carry: tuple, noise: dict[str, Tensor], live: Tensor, held: list[Tensor]):
+        slots = _held(self.chunk.kernel, self.chunk.target)
+        kept = [place[key] for place, key in slots]
+        swap = {id(t): h for t, h in zip(_unique(kept), held, strict=True)}
+        try:
+            for (place, key), tensor in zip(slots, kept, strict=True):
+                place[key] = swap[id(tensor)]
+            return self.chunk._scan(carry, noise, live)
+        finally:
+            for (place, key), tensor in zip(slots, kept, strict=True):
+                place[key] = tensor
+
+
+def _held(*roots) -> list[tuple]:
+    """(container, key) of every tensor ``roots`` hold in their attributes, dicts and lists,
+    recursively, in a fixed order (a tensor in a tuple stays where it is: a constant)."""
+    slots, seen = [], set()
+
+    def walk(x) -> None:
+        if id(x) in seen or isinstance(x, (Tensor, type)) or x is None:
+            return
+        seen.add(id(x))
+        place = x if isinstance(x, (dict, list)) else getattr(x, "__dict__", None)
+        if place is None:
+            return
+        for key in list(place) if isinstance(place, dict) else range(len(place)):
+            if key in ("_chunks", "_paired"):  # a kernel's caches (samplers.cache.fingerprint)
+                continue
+            value = place[key]
+            if isinstance(value, Tensor):
+                slots.append((place, key))
+            elif isinstance(value, (dict, list)) or hasattr(value, "__dict__"):
+                walk(value)
+
+    for root in roots:
+        walk(root)
+    return slots
+
+
+def _unique(tensors: list[Tensor]) -> list[Tensor]:
+    out, seen = [], set()
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def _shape(value: Tensor) -> tuple:
+    return (str(value.dtype), *value.shape)
 
 
 def _padded(rows: Tensor, length: int) -> Tensor:
@@ -216,10 +382,19 @@ def _unalias(values: tuple) -> tuple:
 _warned: set[str] = set()
 
 
-def chunk_for(kernel, target, state: State, length: int, positions: bool, wait: bool = False):
+def chunk_for(
+    kernel,
+    target,
+    state: State,
+    length: int,
+    positions: bool,
+    wait: bool = False,
+    cached: bool = False,
+):
     """The kernel's compiled ``Chunk`` for this target, state shape and block length (one per
     kernel object, reused by its later runs), started compiling; None where nothing compiles
-    (with one warning a process) or the kernel or the target is not compilable."""
+    (with one warning a process) or the kernel or the target is not compilable. ``cached``:
+    only a chunk ready now (compiled earlier in this process, or on disk), else None."""
     if not getattr(kernel, "compilable", True) or not getattr(target, "compilable", True):
         return None
     problem = compile_problem(state.position.device.type)
@@ -241,6 +416,9 @@ def chunk_for(kernel, target, state: State, length: int, positions: bool, wait: 
     entry = cache.get(key)
     if entry is None or entry[0]() is not target:  # ids are reused once a target is freed
         entry = cache[key] = (weakref.ref(target), Chunk(kernel, target, state, length, positions))
+    if cached:
+        chunk = entry[1]
+        return chunk if chunk.ready or (chunk.thread is None and chunk.load()) else None
     chunk = entry[1].start()
     if wait and not chunk.wait():
         warnings.warn(f"steps run eagerly: the compile failed ({chunk.error!r})", stacklevel=3)

@@ -1,7 +1,9 @@
 """Fixtures and settings shared by every test file."""
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 from apptest import home  # noqa: F401  (a fixture: a temporary store for the app tests)
@@ -10,12 +12,22 @@ from apptest import home  # noqa: F401  (a fixture: a temporary store for the ap
 def pytest_configure(config):
     """Under pytest-xdist, each worker's torch gets its share of the cores: two workers with two
     threads each on a 2-core machine would only contend (a small model's eager step gains
-    nothing from a second thread)."""
+    nothing from a second thread). Compiled chunks go to a cache of the session's own
+    (samplers.cache), never the user's ~/.cache/basin; processes the tests start inherit it."""
+    if "BASIN_CACHE" not in os.environ:
+        os.environ["BASIN_CACHE"] = config._basin_cache = tempfile.mkdtemp(prefix="basin-cache-")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers:
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+def pytest_unconfigure(config):
+    """The session's cache goes with it (xdist's workers share their controller's)."""
+    made = getattr(config, "_basin_cache", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

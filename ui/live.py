@@ -196,10 +196,24 @@ def verdict_box(verdict: dict, status: str = "completed") -> None:
         st.error(text, icon=WARNING)
 
 
+def timing(record: RunRecord) -> None:
+    """How long a finished sampling run took, and whether its steps ran compiled: a kernel
+    compiled once for a target starts compiled in every later run (docs/library.md)."""
+    summary = record.summary or {}
+    if summary.get("seconds") is None or "compiled" not in summary:
+        return
+    how = "compiled steps" if summary["compiled"] else "eager steps"
+    st.caption(
+        f"{summary['seconds']:.2f} s, {summary.get('steps_per_second', 0):,.0f} steps/s, {how} "
+        f"(compiled: {str(bool(summary['compiled'])).lower()})"
+    )
+
+
 def run_status(record: RunRecord) -> None:
     """The outcome of a finished run, with what to try when it went wrong: its verdict when it
     has one (every run since verdicts exist), else what its summary says."""
     verdict = (record.summary or {}).get("verdict")
+    timing(record)
     if record.status in ("completed", "cancelled") and verdict:
         verdict_box(verdict, record.status)
         if record.status == "cancelled":
