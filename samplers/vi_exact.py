@@ -19,7 +19,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from scipy import integrate, optimize
 from torch import Tensor, nn
 
 from .flows import LOG_2PI, GaussianSource, GeneralizedGamma
@@ -68,6 +67,8 @@ def sup_psi(family: str, n: float, ks: Sequence[float]) -> tuple[float, nn.Modul
     """max over the mean-field ``family`` ("gaussian" or "gamma") of ``psi_normal_crossing``:
     (the maximum, the maximising source). scipy's BFGS on the unconstrained parameters with torch
     gradients in float64, from each of ``_starts``, keeping the best."""
+    from scipy import optimize  # lazily: ~0.4 s to import with scipy.integrate
+
     best: tuple[float, nn.Module] | None = None
     for source in _starts(family, n, ks):
         params = [p for p in source.parameters() if p.requires_grad]
@@ -117,10 +118,7 @@ def _mean_exp_crossing(a: float, ks: Sequence[float]) -> float:
 
     scale = a ** (-1 / (2 * k)) if a > 0 and k > 0 else 1.0
     cuts = sorted({0.0, *(c * scale for c in (0.1, 1.0, 10.0) if c * scale < 40), 1.0, 40.0})
-    total = sum(
-        integrate.quad(f, lo, hi, epsabs=0, epsrel=1e-12, limit=200)[0]
-        for lo, hi in itertools.pairwise(cuts)
-    )
+    total = sum(_quad(f, lo, hi) for lo, hi in itertools.pairwise(cuts))
     return 2.0 * total / math.sqrt(2 * math.pi)
 
 
@@ -172,11 +170,15 @@ def log_z_bar_tanh1(n: float, x, y, prior_mean, prior_std, sigma: float = 1.0) -
     def f(a: float) -> float:
         return math.exp(log_inner(a) + _log_normal_1d(a, m_a, s_a) - shift)
 
-    total = sum(
-        integrate.quad(f, u, v, epsabs=0, epsrel=1e-12, limit=200)[0]
-        for u, v in itertools.pairwise(cuts)
-    )
+    total = sum(_quad(f, u, v) for u, v in itertools.pairwise(cuts))
     return math.log(total) + shift
+
+
+def _quad(f, lo: float, hi: float) -> float:
+    """int_lo^hi f by scipy's adaptive quadrature, to relative error 1e-12."""
+    from scipy import integrate  # lazily: ~0.4 s to import with scipy.optimize
+
+    return integrate.quad(f, lo, hi, epsabs=0, epsrel=1e-12, limit=200)[0]
 
 
 def _log_normal_1d(v: float, mean: float, std: float) -> float:
