@@ -15,11 +15,17 @@
     python -m bench vi [--quick] [--no-record]  # the VI paper's Sec. 7 test, small, as sweeps
     python -m bench gpu [--device cpu --quick]  # the GPU path beside the CPU (needs CUDA)
     python -m bench scale [--repeats 3] [--quick]  # README's DLN sweep: local pool vs 2-node Ray
+    python -m bench whole [--pairs 5] [--cases a,b,...] [--cold] [--quick] [--no-record]
+                          # issue 58: a whole job's process, Basin vs BlackJAX / devinterp
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
 chain counts in turn (Basin and peer at the first count, then at the next, ...), ``--repeats``
 times, prints the median chain-steps per second of each side and their ratio, and appends the
 table to bench/RESULTS.md (unless --no-record or --quick).
+
+``whole`` runs each case's job as a whole process (``python -m jobs run ... --json`` against the
+peer's script), the two sides taking turns, and reports the median of the per-pair ratios of wall
+and CPU time (bench/whole.py).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ def setup_peer(cuda: bool) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
     jax = "jax[cuda12]" if cuda else "jax"
     pip = [str(PEER_VENV / "bin" / "pip"), "install", jax, "jaxlib", "blackjax", "scikit-learn"]
+    pip += ["arviz-stats[xarray]", "arviz-base"]  # bench whole's summary, as Basin's requirements
     subprocess.run(pip, check=True)
     print(f"BlackJAX peer ready in {PEER_VENV}")
 
@@ -774,6 +781,48 @@ def scale_bench(args: argparse.Namespace) -> None:
     )
 
 
+def whole_bench(args: argparse.Namespace) -> None:
+    import importlib.metadata
+
+    from . import whole
+
+    cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
+    unknown = sorted(set(cases) - set(whole.CASES))
+    if unknown:
+        raise SystemExit(f"--cases: unknown {unknown}; choose from {list(whole.CASES)}")
+    r = whole.run(cases, args.pairs, args.quick, args.cold, not args.cold, args.timeout)
+    if args.no_record or args.quick:
+        print("(not recorded: --no-record or --quick)")
+        return
+    cache = (
+        "Basin's compile cache cleared before every Basin process (`python -m jobs cache --clear`)"
+        if args.cold
+        else "one unmeasured process of each side per case first (Basin's cache warm)"
+    )
+    record(
+        [
+            "",
+            f"## {now()}: whole jobs, Basin vs the peers (issue 58)",
+            "",
+            f"`python -m bench {shlex.join(sys.argv[1:])}` (bench/whole.py): each job a whole "
+            "process, Basin (a fresh BASIN_HOME each) and the peer taking turns; wall = "
+            "perf_counter around the process, CPU = its getrusage(RUSAGE_CHILDREN) user + sys; "
+            f"medians, and the median of the per-pair ratios with their range; {cache}.",
+            "",
+            machine(f"torch {importlib.metadata.version('torch')}", *r["peers"]),
+            "",
+            *r["lines"],
+            "",
+            *r["notes"],
+            "",
+            "The commands (Basin's, then the peer's):",
+            "",
+            *r["commands"],
+            "",
+        ]
+    )
+
+
 def gpu_bench(args: argparse.Namespace) -> None:
     import torch
 
@@ -885,7 +934,26 @@ def main() -> None:
     live.add_argument("--steps", type=int, default=20_000)
     live.add_argument("--chains", type=int, default=64)
     live.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    whole_p = sub.add_parser("whole", help="whole job processes, Basin vs BlackJAX / devinterp")
+    whole_p.add_argument("--pairs", type=int, default=5, help="Basin-peer turns per case")
+    whole_p.add_argument(
+        "--cases",
+        default="banana-sgld-64,banana-sgld-4096,banana-nuts-128,llc-normal-crossing,llc-module",
+        help="comma-separated (default all)",
+    )
+    warmth = whole_p.add_mutually_exclusive_group()
+    warmth.add_argument(
+        "--warm", action="store_true", help="one unmeasured process a side first (default)"
+    )
+    warmth.add_argument(
+        "--cold", action="store_true", help="clear Basin's compile cache before each process"
+    )
+    whole_p.add_argument("--timeout", type=float, default=1800.0, help="seconds a process")
+    whole_p.add_argument("--quick", action="store_true", help="steps / 10, 1 pair, not recorded")
+    whole_p.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args()
+    if args.command == "whole":
+        return whole_bench(args)
     if args.command == "faults":
         return faults_bench(args)
     if args.command == "sgrld":
