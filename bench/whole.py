@@ -12,9 +12,10 @@ every descendant it waited for. Per case the table gives each side's median wall
 and the median of the per-pair ratios Basin / peer (with their range: the host's noise).
 
 A peer that takes minutes (devinterp's normal-crossing, ~500 s) runs once; its time serves
-every pair. ``warm`` (the default) first runs one unmeasured process of each side per case: it
-fills Basin's compile cache and pages in both sides' imports. ``cold`` instead clears Basin's
-compile cache (``python -m jobs cache --clear``) before every Basin process, outside the timing.
+every pair. ``warm`` (the default) first runs one unmeasured process of each side per case
+(Basin's with ``--compile always``): it fills Basin's compile cache and pages in both sides'
+imports. ``cold`` instead clears Basin's compile cache (``python -m jobs cache --clear``) before
+every Basin process, outside the timing.
 
 The BlackJAX peer's summary takes the chains Basin's takes (``samplers.diagnostics.
 diagnosed_chains``: all of them up to 256, at 4096 chains the first 256): the same work.
@@ -237,7 +238,8 @@ def run_case(name: str, pairs: int, quick: bool, cold: bool, warm: bool, timeout
             print(f"{name}: the {case.peer} peer is not set up; Basin's side only", flush=True)
         try:
             if warm and not cold:  # unmeasured: Basin's cache, both sides' imports paged in
-                basin(basin_cmd, False, notes, timeout)
+                # "always": compiles and files the chunk, which the measured "auto" runs load
+                basin([*basin_cmd, "--compile", "always"], False, notes, timeout)
                 if peer_cmd and not case.peer_once:
                     timed(peer_cmd, timeout=timeout)
             for i in range(pairs):
