@@ -313,9 +313,10 @@ class _Scan(torch.nn.Module):
     def __init__(self, chunk: Chunk):
         super().__init__()
         self.chunk = chunk
+        self.slots = _held(chunk.kernel, chunk.target)  # found here: the trace only swaps
 
     def forward(self, carry: tuple, noise: dict[str, Tensor], live: Tensor, held: list[Tensor]):
-        slots = _held(self.chunk.kernel, self.chunk.target)
+        slots = self.slots
         kept = [place[key] for place, key in slots]
         swap = {id(t): h for t, h in zip(_unique(kept), held, strict=True)}
         try:
