@@ -193,8 +193,20 @@ def save(name: str, built: Path, meta: dict) -> Path:
     return package
 
 
+def refuse(name: str, why: str) -> None:
+    """Note that entry ``name`` cannot be built (its export fails), so that later processes
+    compile in-process at once instead of failing the export again (seconds each)."""
+    base = folder()
+    base.mkdir(parents=True, exist_ok=True)
+    (base / f"{name}.refused").write_text(why[:2000])
+
+
+def refused(name: str) -> bool:
+    return (folder() / f"{name}.refused").exists()
+
+
 def remove(name: str) -> None:
-    for suffix in (".pt2", ".json"):
+    for suffix in (".pt2", ".json", ".refused"):
         (folder() / f"{name}{suffix}").unlink(missing_ok=True)
 
 
@@ -230,6 +242,6 @@ def clear() -> tuple[int, int]:
     listed = entries()
     for meta in listed:
         remove(meta["name"])
-    for stray in base.glob("*.tmp") if base.exists() else []:
+    for stray in [*base.glob("*.tmp"), *base.glob("*.refused")] if base.exists() else []:
         stray.unlink(missing_ok=True)
     return len(listed), sum(m.get("bytes", 0) for m in listed)

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .cache import code, find, fingerprint, remove, save
+from .cache import code, find, fingerprint, refuse, refused, remove, save
 from .cache import key as cache_key
 from .state import Info, State
 
@@ -121,12 +121,13 @@ class Chunk:
         options = OPTIONS.get(self.device, {})
         if not self.loop and self.load():
             return
-        if not self.loop:  # ahead of time, into the cache; torch.compile where that fails
+        if not self.loop and not refused(self.key()):  # ahead of time, into the cache
             try:
                 self._package()
                 return
-            except Exception as exc:  # e.g. an op torch.export cannot trace: compile instead
+            except Exception as exc:  # e.g. torch.func's grad, which export cannot trace
                 self.package_error = exc
+                refuse(self.key(), repr(exc))  # later processes compile in-process at once
         if self.loop:  # the compiled step, once per row
             self.step = torch.compile(self._step, dynamic=False, options=options)
             self.compiled = self._loop

@@ -140,3 +140,11 @@ def test_jobs_cache_says_where_and_clears(folder, tmp_path):
     out = jobs(tmp_path / "home", "cache", "--clear", "--json")
     report = json.loads(out.stdout)
     assert report["removed"] == {"entries": 1, "bytes": 2048} and report["entries"] == 0
+
+
+def test_a_refused_export_is_noted_until_the_cache_is_cleared(folder):
+    assert not cache.refused("r" * 40)
+    cache.refuse("r" * 40, "Unsupported('torch.func inside scan')")
+    assert cache.refused("r" * 40) and cache.find("r" * 40) is None
+    cache.clear()
+    assert not cache.refused("r" * 40)
