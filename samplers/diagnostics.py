@@ -7,7 +7,9 @@ numpy, so both give identical results) and returns numpy values; nothing here to
 Sources:
 - ESS (bulk, tail), rank-normalised split R-hat and MCSE: Vehtari, Gelman, Simpson, Carpenter &
   Bürkner (2021), "Rank-normalization, folding, and localization: an improved R-hat", computed by
-  arviz-stats' array layer (``arviz_stats.base.array_stats``; see ``_array_stats``).
+  arviz-stats' array layer (``arviz_stats.base.array_stats``; see ``_array_stats``), except the
+  bulk ESS and R-hat every run reports: arviz-stats' own steps on numpy (``samplers.rank_stats``,
+  the same numbers to the last bit).
 - IAT (Heber et al. Eq. 8) with Sokal's adaptive window, kinetic energy and virial (Heber et al.
   Sec. 3.1 and App. A): TATi (Heber, Trstanova & Leimkuhler 2020); ESS = K/tau per walker summed
   over walkers (docs/methods/tati.md).
@@ -16,9 +18,10 @@ Sources:
   the one Hron et al. 2022 report, Eq. 7), per random projection.
 - KS bound: the two-sample Kolmogorov-Smirnov test, asymptotic critical value.
 
-arviz-stats and scipy.stats are imported lazily (arviz-stats loads xarray and arviz-base, about
-2 s), so ``from samplers import diagnostics`` costs only numpy and the thermodynamic functions work
-without them. This module imports nothing else from ``samplers``.
+arviz-stats is imported lazily (it loads xarray, arviz-base and scipy.stats, about 1.5 s), by
+the tail ESS and MCSE alone, so ``from samplers import diagnostics`` costs only numpy, and a
+run's end (bulk ESS, R-hat, KS: ``samplers.rank_stats``) loads neither it nor scipy. Of ``samplers``
+this module imports ``rank_stats`` alone.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import rank_stats
+
 __all__ = [
     "AcceptanceRate",
     "acceptance_rate",
     "configurational_temperature",
     "diagnosed_chains",
     "ess_bulk",
+    "ess_bulk_rhat",
     "ess_from_iat",
     "ess_per_step",
     "ess_tail",
@@ -132,13 +138,32 @@ def diagnosed_chains(chains: int, draws: int) -> int:
     return min(chains, max(MIN_DIAGNOSED_CHAINS, min(MAX_DIAGNOSED_CHAINS, fit)))
 
 
+def _per_coordinate(x: Any, func) -> float | np.ndarray:
+    """``func`` of [chain, draw] (float), or of each coordinate of [chain, draw, dim] (array)."""
+    arr = _draws(x)
+    if arr.ndim == 2:
+        return float(func(arr))
+    return np.array([func(a) for a in np.moveaxis(arr, -1, 0)], dtype=np.float64)
+
+
 def ess_bulk(x: Any) -> float | np.ndarray:
     """Bulk ESS: ESS of the rank-normalised split chains (Vehtari et al. 2021; ess "bulk").
 
     Counts draws over all chains. Float for x[chain, draw], array[dim] for x[chain, draw, dim];
     NaN when a chain holds NaN or there are fewer than 4 draws.
     """
-    return _stat(x, "ess", method="bulk")
+    return _per_coordinate(x, rank_stats.bulk_ess)
+
+
+def ess_bulk_rhat(x: Any) -> tuple[float, float] | tuple[np.ndarray, np.ndarray]:
+    """(``ess_bulk(x)``, ``rhat(x)``), the same numbers, ranking the draws once for both: what
+    a run's summary reports."""
+    arr = _draws(x)
+    if arr.ndim == 2:
+        ess, rhat_ = rank_stats.bulk_ess_rank_rhat(arr)
+        return float(ess), float(rhat_)
+    pairs = [rank_stats.bulk_ess_rank_rhat(a) for a in np.moveaxis(arr, -1, 0)]
+    return tuple(np.array(values, dtype=np.float64) for values in zip(*pairs, strict=True))
 
 
 def ess_tail(x: Any) -> float | np.ndarray:
@@ -151,7 +176,7 @@ def rhat(x: Any) -> float | np.ndarray:
 
     Needs at least 2 chains (NaN otherwise). Below 1.01 is the usual acceptance threshold.
     """
-    return _stat(x, "rhat", method="rank")
+    return _per_coordinate(x, rank_stats.rank_rhat)
 
 
 def mcse_mean(x: Any) -> float | np.ndarray:
@@ -393,19 +418,11 @@ def ks_distance(samples: Any, exact: Any) -> np.ndarray:
     samples: [n], [n, dim] (columns are marginals) or [chain, draw, dim] (chains pooled; pass a
     scalar trace x[chain, draw] as x.reshape(-1)). exact: [m] or [m, dim]. Returns array[dim].
     """
-    import scipy.stats  # lazily: it costs ~1 s to import
-
     s = _columns(samples, "samples")
     e = _columns(exact, "exact")
     if e.shape[1] != s.shape[1]:
         raise ValueError(f"exact: expected {s.shape[1]} marginals (columns), got {e.shape[1]}")
-    # method="asymp" only picks how the unused p-value is computed; the exact one is slow.
-    return np.array(
-        [
-            scipy.stats.ks_2samp(s[:, j], e[:, j], method="asymp").statistic
-            for j in range(s.shape[1])
-        ]
-    )
+    return np.array([rank_stats.ks_statistic(s[:, j], e[:, j]) for j in range(s.shape[1])])
 
 
 def ks_bound(n_eff: Any, m: Any, alpha: float = 1e-3) -> float | np.ndarray:
