@@ -133,8 +133,12 @@ class TwistedGaussian(Target):
 
     def _whitened(self, w: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """r = T(w) - mu and s = Sigma^-1 r, as [C, 1] columns r0, r1, s0, s1."""
+        return self._whiten(w[:, :1], w[:, 1:])
+
+    def _whiten(self, x0: Tensor, x1: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``_whitened`` of the position's two columns."""
         m0, m1, p00, p01, p10, p11 = self.constants
-        y0, y1 = self.forward(w[:, :1], w[:, 1:])
+        y0, y1 = self.forward(x0, x1)
         r0, r1 = y0 - m0, y1 - m1
         return r0, r1, r0 * p00 + r1 * p10, r0 * p01 + r1 * p11
 
@@ -151,9 +155,14 @@ class TwistedGaussian(Target):
 
     def _loss_and_grad(self, w: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         # one T(w) for both: two would be two equal buffers a step in a compiled chunk
-        r0, r1, s0, s1 = self._whitened(w)
-        g0, g1 = self.pullback(w[:, :1], w[:, 1:], s0, s1)
-        return self._energy(r0, r1, s0, s1), torch.where(_column(w, 0), g0, g1)
+        x0, x1 = w[:, :1], w[:, 1:]
+        r0, r1, s0, s1 = self._whiten(x0, x1)
+        g0, g1 = self.pullback(x0, x1, s0, s1)
+        if torch.compiler.is_compiling():
+            grad = torch.where(_column(w, 0), g0, g1)
+        else:  # eager, one operation where the mask takes three (the same numbers)
+            grad = torch.cat([g0, g1], 1)
+        return self._energy(r0, r1, s0, s1), grad
 
     def exact_sample(self, generator: torch.Generator, chains: int) -> Tensor:
         y = self.mu + _randn(generator, (chains, 2), self.dtype) @ self.chol.T

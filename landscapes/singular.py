@@ -26,11 +26,20 @@ class Polynomial(Network):
         self.powers = torch.tensor(powers, dtype=torch.float64)
         self.w0 = torch.zeros(self.dim, dtype=torch.float64)
         self.true_llc = normal_crossing_rlct(powers)
-        self.full_moments = self._moments((self.x, self.y))
+        # the slope's constants, p_j > 0 and max(p_j - 1, 0), kept rather than made every step
+        self.positive = self.powers > 0
+        self.lowered = (self.powers - 1).clamp(min=0)
+        self._full_moments()
 
     def _data_changed(self) -> None:
         super()._data_changed()
-        self.full_moments = self._moments((self.x, self.y))
+        self._full_moments()
+
+    def _full_moments(self) -> None:
+        """The full data's moments, and E[x^2], E[xy], E[y^2] read from them once (``to``
+        moves and casts them with the rest: they are tensors)."""
+        m = self.full_moments = self._moments((self.x, self.y))
+        self.full_xx, self.full_xy, self.full_yy = m[0, 0], m[0, 1], m[1, 1]
 
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         coef = (params["w"] ** self.powers).prod(-1)  # [C]
@@ -45,10 +54,13 @@ class Polynomial(Network):
         return torch.transpose(z, -1, -2) @ z / z.shape[-2]  # [(C,) 2, 2]
 
     def _quadratic(self, w: Tensor, batch: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        m = self.full_moments if batch is None else self._moments(batch)
         terms = w**self.powers  # [C, d]
         coef = terms.prod(-1)
-        xx, xy, yy = m[..., 0, 0], m[..., 0, 1], m[..., 1, 1]  # [] or [C]: per chain
+        if batch is None:
+            xx, xy, yy = self.full_xx, self.full_xy, self.full_yy
+        else:
+            m = self._moments(batch)
+            xx, xy, yy = m[..., 0, 0], m[..., 0, 1], m[..., 1, 1]  # [C]: per chain
         return (xx, xy), terms, coef, coef * (coef * xx - 2 * xy) + yy
 
     def _loss(self, w: Tensor, batch: Batch) -> Tensor:
@@ -58,10 +70,10 @@ class Polynomial(Network):
         m, terms, coef, loss = self._quadratic(w, batch)
         # d coef / d w_j = p_j w_j^(p_j - 1) prod_{k != j} w_k^p_k: the product of the other
         # terms by exclusive cumulative products from each side (no division: w_j may be 0)
-        ones = torch.ones_like(coef)[:, None]
+        ones = coef.new_ones(coef.shape[0], 1)
         before = torch.cat([ones, terms[:, :-1]], 1).cumprod(1)
         after = torch.cat([terms[:, 1:], ones], 1).flip(1).cumprod(1).flip(1)
-        slope = torch.where(self.powers > 0, self.powers * w ** (self.powers - 1).clamp(min=0), 0)
+        slope = torch.where(self.positive, self.powers * w**self.lowered, 0)
         xx, xy = m
         return loss, (2 * (coef * xx - xy))[:, None] * slope * before * after
 

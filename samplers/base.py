@@ -11,6 +11,7 @@ that turns NaN/Inf is frozen where it was and flagged while the others go on unt
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
@@ -268,7 +269,7 @@ class Kernel(ABC):
             state, info = self.step(state, target, {k: v[t] for k, v in noise.items()}, trace)
             info.position = state.position if positions else None
             infos.append(info)
-        return state, stack_infos(infos)
+        return state, stack_steps(infos)
 
     # -- what each kernel writes -------------------------------------------------------------
     def noise(self, chains: int, dim: int) -> dict[str, Draw]:
@@ -316,51 +317,116 @@ class Kernel(ABC):
         return self.minibatch and size is not None and target.n is not None and size < target.n
 
 
+@functools.cache
+def _fields(cls: type) -> tuple[str, ...]:
+    """A state class's field names but the localisation centre (``fields`` walks the class's
+    dataclass machinery at every call: twice a step)."""
+    return tuple(f.name for f in fields(cls) if f.name != "center")
+
+
 def per_chain(state: State) -> list[str]:
     """The names of ``state``'s float tensors that hold one row per chain (frozen on divergence)."""
     chains = state.position.shape[0]
+    # dynamo cannot read a dataclass's fields from its class (a compile traces this): the
+    # instance's, there
+    names = (
+        [f.name for f in fields(state) if f.name != "center"]
+        if torch.compiler.is_compiling()
+        else _fields(type(state))
+    )
     return [
-        f.name
-        for f in fields(state)
-        if f.name != "center"
-        and isinstance(v := getattr(state, f.name), Tensor)
+        name
+        for name in names
+        if isinstance(v := getattr(state, name), Tensor)
         and v.is_floating_point()
         and v.ndim >= 1
         and v.shape[0] == chains
     ]
 
 
-def finite(state: State) -> Tensor:
-    """[C] bool: every per-chain value of the chain is finite."""
-    ok = torch.ones_like(state.diverged)
-    for name in per_chain(state):
-        value = getattr(state, name)
-        ok = ok & torch.isfinite(value.reshape(value.shape[0], -1)).all(-1)
-    return ok
+def _finite_rows(value: Tensor) -> Tensor:
+    """[C] bool: every entry of each row of ``value`` ([C, ...]) is finite."""
+    ok = torch.isfinite(value)
+    if value.ndim <= 2:
+        return ok if value.ndim == 1 else ok.all(-1)
+    return ok.reshape(value.shape[0], -1).all(-1)
+
+
+def finite(state: State, names: list[str] | None = None) -> Tensor:
+    """[C] bool: every per-chain value of the chain is finite (``names``: ``per_chain(state)``,
+    when the caller has them)."""
+    ok = None
+    for name in per_chain(state) if names is None else names:
+        rows = _finite_rows(getattr(state, name))
+        ok = rows if ok is None else ok & rows
+    return torch.ones_like(state.diverged) if ok is None else ok
+
+
+def _replace(state: State, **changes: Any) -> State:
+    """``dataclasses.replace`` for a state class without ``__post_init__``: the same new object
+    without re-running its ``__init__`` (a step makes one or two). Compiled code (which traces
+    the step once) keeps ``replace``."""
+    cls = type(state)
+    plain = hasattr(state, "__dict__") and not hasattr(cls, "__post_init__")
+    if torch.compiler.is_compiling() or not plain:
+        return replace(state, **changes)
+    new = cls.__new__(cls)
+    new.__dict__.update(state.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
+def _masked(value: Tensor, diverged: Tensor, fill: float, like: Tensor) -> Tensor:
+    """torch.where(diverged, torch.full_like(like, fill), value), in one operation where that
+    keeps ``value``'s dtype and shape (masked_fill never promotes), else as written."""
+    same = value.shape == diverged.shape
+    if same and torch.promote_types(like.dtype, value.dtype) == value.dtype:
+        return value.masked_fill(diverged, fill)
+    return torch.where(diverged, torch.full_like(like, fill), value)
 
 
 def contain(
     old: State, new: State, loss: Tensor, accepted: Tensor, scalars: dict[str, Tensor]
 ) -> tuple[State, Info]:
     """Freeze chains whose new state (or the loss the step saw) is not finite, and flag them."""
-    diverged = old.diverged | ~finite(new) | ~torch.isfinite(loss)
-    kept = {
-        name: torch.where(
-            diverged.reshape(-1, *[1] * (getattr(new, name).ndim - 1)),
-            getattr(old, name),
-            getattr(new, name),
-        )
-        for name in per_chain(new)
-    }
-    frozen = replace(new, diverged=diverged, **kept)
-    nan = torch.full_like(loss, math.nan)
+    names = per_chain(new)
+    diverged = old.diverged | ~(finite(new, names) & _finite_rows(loss))
+    kept = {}
+    for name in names:
+        value = getattr(new, name)
+        mask = diverged if value.ndim == 1 else diverged.view(-1, *[1] * (value.ndim - 1))
+        kept[name] = torch.where(mask, getattr(old, name), value)
+    frozen = _replace(new, diverged=diverged, **kept)
     info = Info(
-        loss=torch.where(diverged, nan, loss),
-        accepted=torch.where(diverged, torch.zeros_like(accepted), accepted),
+        loss=_masked(loss, diverged, math.nan, loss),
+        accepted=_masked(accepted, diverged, 0.0, accepted),
         diverged=diverged,
-        scalars={k: torch.where(diverged, nan, v) for k, v in scalars.items()},
+        scalars={k: _masked(v, diverged, math.nan, loss) for k, v in scalars.items()},
     )
     return frozen, info
+
+
+def stack_steps(infos: list[Info]) -> Info:
+    """Per-step Infos ([C] each, at least one) into one Info of [T, C] tensors: ``stack_infos``
+    of single steps, one torch.stack per piece."""
+    first = infos[0]
+    if any(v.ndim != 1 for v in first.scalars.values()):  # stack_infos flattens these
+        return stack_infos(infos)
+
+    def stacked(name: str) -> Tensor | None:
+        if getattr(first, name) is None:
+            return None
+        return torch.stack([getattr(i, name) for i in infos])
+
+    return Info(
+        stacked("loss"),
+        stacked("accepted"),
+        stacked("diverged"),
+        stacked("position"),
+        {k: torch.stack([i.scalars[k] for i in infos]) for k in first.scalars},
+        stacked("proposal"),
+        stacked("path"),
+    )
 
 
 def stack_infos(infos: list[Info]) -> Info:

@@ -26,7 +26,7 @@ def overdamped(w: Tensor, drift: Tensor, eps: float | Tensor, xi: Tensor) -> Ten
 
 def all_accepted(state: State) -> Tensor:
     """[C] ones: the acceptance a kernel without an MH test reports."""
-    return torch.ones_like(state.position[:, 0])
+    return state.position.new_ones(state.position.shape[0])
 
 
 @dataclass

@@ -89,7 +89,7 @@ class Paired:
         state, info = self.kernel.step(state, target, noise, trace)
         if self.center_losses is not None:
             center = rows(self.center_losses, noise["index"]).mean(-1)  # [C]: each chain's batch
-            info.scalars["center_loss"] = torch.where(info.diverged, math.nan, center)
+            info.scalars["center_loss"] = center.masked_fill(info.diverged, math.nan)
         return state, info
 
     run, eager = Kernel.run, Kernel.eager  # their steps are this class's ``step``
