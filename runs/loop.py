@@ -71,10 +71,14 @@ def execute(
     run_id: str,
     should_stop: Callable[[], bool] = lambda: False,
     on_progress: Callable[[Progress], None] | None = None,
+    prepare: bool = False,
 ) -> dict:
     """Run ``spec`` into ``store`` under ``run_id``; returns the summary (status completed, or
     cancelled when ``should_stop`` said so between blocks or epochs): a sampling run's steps, or
-    a vi run's fit (``runs.vi.fit_run``) on the same clock. Errors propagate to the caller."""
+    a vi run's fit (``runs.vi.fit_run``) on the same clock. Errors propagate to the caller.
+    ``prepare`` (a warm worker, which stays): an "auto" run that ran eagerly then compiles its
+    kernel in the background and files it (``samplers.cache``), so the next run of the kernel
+    on the target, in this process or any later one, starts compiled."""
     started = time.perf_counter()
     if spec.kind == "vi":  # a variational fit: its epochs on the same clock, the same store
         pace = Pace(store, run_id, spec.vi.epochs, "fit", should_stop, on_progress)
@@ -86,7 +90,10 @@ def execute(
     run.flush()
     sampling = time.perf_counter() - sampling  # the steps, their records and flushes
     pace.report(run.done, sampling)
-    return run.summary(stopped, started, sampling)
+    summary = run.summary(stopped, started, sampling)
+    if prepare and spec.compile == "auto" and run.chunk is None:
+        run.chunk = run._compile()  # in the background: the next such run starts compiled
+    return summary
 
 
 class Sampling:
@@ -129,6 +136,8 @@ class Sampling:
         self.chunk, self.compiled, self.done = None, False, 0
         if spec.compile == "always":
             self.chunk = self._compile(wait=True)
+        elif spec.compile == "auto":  # compiled in an earlier process (or run): used from the start
+            self.chunk = self._compile(cached=True)
 
     def _recorder(self, device: torch.device) -> Recorder:
         basis = None
@@ -140,11 +149,11 @@ class Sampling:
         recorder.fractional = self.kernel.fractional_acceptance
         return recorder
 
-    def _compile(self, wait: bool = False):
+    def _compile(self, wait: bool = False, cached: bool = False):
         from samplers.compiled import chunk_for  # torch's compiler: loaded when a run compiles
 
         args = (self.kernel, self.target, self.state, self.noise.length, self.positions)
-        return chunk_for(*args, wait=wait)
+        return chunk_for(*args, wait=wait, cached=cached)
 
     def sample(self) -> bool:
         """Every block of the plan, compiled where a compiled chunk is ready, else eager; True
@@ -259,6 +268,7 @@ class Recorder:
         self.mh, self.basis = mh, basis
         self.fractional = False  # ``accepted`` a probability (NUTS), kept as a float
         self.pending: list[dict[str, torch.Tensor]] = []
+        self.pending_rows = 0  # records in ``pending``
         self.kept_bytes = 0
         self.records = 0  # records appended so far
         self.snapshots: list[tuple[int, torch.Tensor]] = []
@@ -305,11 +315,12 @@ class Recorder:
         kept.update({name: take(value) for name, value in info.scalars.items()})
         self._accumulate(kept, position if self.basis is None else None)
         self.pending.append(kept)
+        self.pending_rows += len(rows)
         self.kept_bytes += sum(v.numel() * v.element_size() for v in kept.values())
 
     def _accumulate(self, kept: dict[str, torch.Tensor], position: torch.Tensor | None) -> None:
         """Per-chain sums of what the summary averages, over the records after the burn-in."""
-        skip = max(0, self.burn - (self.records + sum(len(p["step"]) for p in self.pending)))
+        skip = max(0, self.burn - (self.records + self.pending_rows))
         # per-chain scalars ([T, C]); an observer's per-step vectors are recorded, not averaged
         after = {
             k: v[skip:]
@@ -362,7 +373,7 @@ class Recorder:
                 name: [p[name].cpu().numpy() for p in self.pending] for name in self.pending[0]
             }
             self.records = self._append("records", self.records, parts)
-            self.pending, self.kept_bytes = [], 0
+            self.pending, self.pending_rows, self.kept_bytes = [], 0, 0
         if self.snapshots:
             step = np.asarray([s for s, _ in self.snapshots])
             position = torch.stack([p for _, p in self.snapshots]).cpu().numpy()
@@ -400,7 +411,7 @@ class Recorder:
     @property
     def replaying(self) -> bool:
         """Whether the records written so far are all ones the store held before the run."""
-        return self.records + sum(len(p["step"]) for p in self.pending) < self.stored["records"]
+        return self.records + self.pending_rows < self.stored["records"]
 
     def summary(self, status: str, done: int, kernel, initial_loss, diverged: np.ndarray) -> dict:
         """What ``python -m jobs run --json`` prints and the Store keeps. ``diverged``: the
@@ -444,11 +455,12 @@ class Recorder:
             var = (square - count * mean_**2) / max(count - 1, 1)
             some = torch.cat(self.first_draws).numpy()  # [draws, k, d]
             some = np.moveaxis(some[:, good[: some.shape[1]]], 0, 1).astype(np.float64)
+            ess, rhat = diagnostics.ess_bulk_rhat(some)
             summary["coordinates"] = {
                 "mean": mean_.tolist(),
                 "var": var.tolist(),
-                "ess_bulk": np.atleast_1d(diagnostics.ess_bulk(some)).tolist(),
-                "rhat": np.atleast_1d(diagnostics.rhat(some)).tolist(),
+                "ess_bulk": np.atleast_1d(ess).tolist(),
+                "rhat": np.atleast_1d(rhat).tolist(),
                 "diagnostic_chains": len(some),
             }
         return summary

@@ -76,8 +76,9 @@ def torch_threads(threads: int):
             torch.set_num_threads(before)
 
 
-def run_one(store: Store, record, threads: int | None = None) -> None:
-    """Execute a claimed run to its end: completed, cancelled or failed (with the error)."""
+def run_one(store: Store, record, threads: int | None = None, prepare: bool = False) -> None:
+    """Execute a claimed run to its end: completed, cancelled or failed (with the error).
+    ``prepare``: a warm worker, which then compiles the run's kernel while it waits (``execute``)."""
     import torch
 
     from runs.loop import execute
@@ -88,7 +89,8 @@ def run_one(store: Store, record, threads: int | None = None) -> None:
     with heartbeat(store, record.id):
         try:
             spec = parse_spec(record.spec)
-            summary = execute(spec, store, record.id, cancelled(store, record.id))
+            stop = cancelled(store, record.id)
+            summary = execute(spec, store, record.id, stop, prepare=prepare)
             store.finish(record.id, summary["status"], summary=summary)
         except KeyError:  # the run was deleted while it ran: nothing left to report to
             return
@@ -162,7 +164,7 @@ def work(home: str, threads: int | None = None, warm: bool = False) -> None:
     while True:
         record = store.claim(os.getpid())
         if record is not None:
-            run_one(store, record, threads)
+            run_one(store, record, threads, prepare=warm)
         elif warm and not _orphaned(parent):  # an orphan stops: its supervisor is gone
             time.sleep(POLL_S)
         else:
