@@ -42,6 +42,7 @@ HELP = [
     ["wide", "kl"],
     ["wide", "slices"],
     ["worker"],
+    ["cache"],
 ]
 
 RUN = ["run", "--target", "banana", "--sampler", "mala", "--chains", "4", "--steps", "200"]
