@@ -4,7 +4,8 @@
   distributed as the target (the final states of C independent chains are C independent draws,
   so the two-sample KS bound uses n = C); NUTS's variances on a 10-D Gaussian; its trees and
   traced paths against a plain recursive tree builder written here (Stan's recursion, not the
-  kernel's lockstep loop); the adapted covariance against the target's.
+  kernel's lockstep loop); a block of steps grown as a forest against those lockstep steps;
+  the adapted covariance against the target's.
 - SVGD: the update equation on one and two particles by hand; an ensemble started far off
   reaches the target's mean and covariance and marginals; a NaN particle leaves the others'
   ensemble as if it were absent.
@@ -215,6 +216,30 @@ def test_nuts_trees_and_traced_paths_match_a_recursive_builder(target_name, step
         assert longest > 129  # the subsampled case was exercised
     if target_name == "funnel":
         assert diverged  # and so was a divergence
+
+
+@pytest.mark.parametrize("levels", ["dense", "sparse"])
+def test_nuts_block_equals_its_steps_one_at_a_time(levels, monkeypatch):
+    """``eager`` grows a block's trees as a forest, each chain going on to its next step's tree
+    as soon as its own stopped; the lockstep ``step``, one row at a time, must give the same
+    states and records bit for bit, with the span checks dense or sparse (``_Forest``). The
+    funnel at step 0.6 makes invalid subtrees; two chains start non-finite and stay flagged."""
+    monkeypatch.setattr(samplers.nuts, "SPARSE_LEVELS", 0 if levels == "sparse" else 1 << 30)
+    target = potential("funnel")
+    kernel = samplers.make("nuts", step_size=0.6, max_depth=6)
+    g = gen(3)
+    start = target.exact_sample(g, 40)
+    start[3], start[17, 1] = math.nan, math.inf
+    state = kernel.init(start, target, g)
+    rows = kernel.noise_for(state, target, gen(4), most=12).take(12)
+    one, one_info = samplers.base.Kernel.eager(kernel, state, target, rows, positions=True)
+    block, info = kernel.eager(state, target, rows, positions=True)
+    same = {"rtol": 0, "atol": 0, "equal_nan": True}
+    for name in ("position", "U", "grad", "loss", "diverged"):
+        torch.testing.assert_close(getattr(block, name), getattr(one, name), **same)
+    for name in ("loss", "accepted", "diverged", "position"):
+        torch.testing.assert_close(getattr(info, name), getattr(one_info, name), **same)
+    assert info.diverged.sum(1).tolist() == [2] * 12 and info.accepted.mean() > 0.5
 
 
 def test_nuts_declares_fixed_shape_draws_and_is_not_compiled():
