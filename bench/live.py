@@ -1,8 +1,8 @@
 """``python -m bench live``: from Run to the first live draws, and the gaps while a compile runs.
 
-A worker pool (``python -m jobs worker``) with an empty inductor cache of its own serves a store;
-a run is submitted as the app submits it (banana SGLD by default, 64 chains x 20,000 steps,
-compile "auto") and the store is polled as the page polls it. Measured: seconds from submit to
+A worker pool (``python -m jobs worker``) with empty inductor and Basin compile caches of its own
+serves a store; a run is submitted as the app submits it (banana SGLD by default, 64 chains x
+20,000 steps, compile "auto") and the store is polled as the page polls it. Measured: seconds from submit to
 the first records, the longest gap between two record updates until the run ends, the whole
 run, and whether it switched to the compiled chunk. The first repeat compiles cold; later ones
 start a new pool with a new empty cache too, so every repeat is cold.
@@ -29,6 +29,7 @@ def one(sampler: str, params: dict, chains: int, steps: int, compile: str) -> di
         home, cache = Path(tmp) / "store", Path(tmp) / "inductor"
         store = Store(home)
         env = {**os.environ, "BASIN_HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+        env["BASIN_CACHE"] = str(Path(tmp) / "basin")  # no compiled package on disk either
         pool = subprocess.Popen(
             [sys.executable, "-m", "jobs", "worker", "--slots", "1"],
             cwd=ROOT,
