@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:
     """The process entry (``python -m jobs``, ``basin``): main's exit code as the process's."""
-    code = main()
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help and usage errors: the same quick exit
+        code = exc.code
     if any(t.name == "basin-compile" and t.is_alive() for t in threading.enumerate()):
         # a compile still running in the background (samplers.compiled): torch's C++ aborted
         # the interpreter's teardown under it (exit 134 after a completed run), so leave now
