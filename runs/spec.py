@@ -205,16 +205,18 @@ class RunSpec(_Model):
         LLCOptions(), json_schema_extra={"cli": {"group": "LLC (with --observe llc)"}}
     )
     flush_every: int = 0  # 0: auto (every ~0.5 s); else 1 .. steps
-    # Compiled chunks of steps (samplers.compiled): "auto" compiles in the background once the
-    # eager remainder of the run would take seconds and switches when ready; "always" compiles
-    # before the first whole block; "never" steps eagerly. Both paths read the same draws, so
-    # the run is the same to float rounding. The summary's "compiled" says which ran.
+    # Compiled chunks of steps (samplers.compiled): "auto" uses a chunk compiled earlier (kept
+    # on disk, samplers.cache) from the first whole block, else compiles in the background once
+    # the eager remainder of the run would take seconds and switches when ready; "always"
+    # compiles (or loads) before the first whole block; "never" steps eagerly. Both paths read
+    # the same draws, so the run is the same to float rounding. The summary's "compiled" says
+    # which ran.
     compile: Literal["auto", "always", "never"] = Field(
         "auto",
         json_schema_extra={
             "cli": {
-                "help": "compiled chunks of steps: auto (when the compile pays within the run; "
-                "default)"
+                "help": "compiled chunks of steps: auto (a kernel compiled before, from the "
+                "cache; else when the compile pays within the run; default)"
             }
         },
     )
