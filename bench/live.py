@@ -2,10 +2,10 @@
 
 A worker pool (``python -m jobs worker``) with empty inductor and Basin compile caches of its own
 serves a store; a run is submitted as the app submits it (banana SGLD by default, 64 chains x
-20,000 steps, compile "auto") and the store is polled as the page polls it. Measured: seconds from submit to
-the first records, the longest gap between two record updates until the run ends, the whole
-run, and whether it switched to the compiled chunk. The first repeat compiles cold; later ones
-start a new pool with a new empty cache too, so every repeat is cold.
+20,000 steps, compile "auto") and the store is polled as the page polls it. Measured: seconds
+from submit to the first records, the longest gap between two record updates until the run ends,
+the whole run, and whether it switched to the compiled chunk. The first repeat compiles cold;
+later ones start a new pool with a new empty cache too, so every repeat is cold.
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ def torch_threads(threads: int):
 
 def run_one(store: Store, record, threads: int | None = None, prepare: bool = False) -> None:
     """Execute a claimed run to its end: completed, cancelled or failed (with the error).
-    ``prepare``: a warm worker, which then compiles the run's kernel while it waits (``execute``)."""
+    ``prepare``: a warm worker, which then compiles the run's kernel while it waits
+    (``execute``)."""
     import torch
 
     from runs.loop import execute
