@@ -247,6 +247,8 @@ class Target(ABC):
     true_llc: tuple[float, int] | None = None  # (lambda, multiplicity)
     prior_std: float | None = None
     gradient_noise: float = 0.0
+    # whether samplers.compiled may export its steps ahead of time (else torch.compile only)
+    exportable: bool = True
 
     # -- the contract ----------------------------------------------------------------------
     def loss(self, w: Tensor, batch: Batch = None) -> Tensor:

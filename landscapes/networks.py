@@ -38,6 +38,9 @@ TRUTH_LAYERS = 1_000_000  # a random-rank DLN's true LLC needs its layers: drawn
 class Network(Target):
     """A model on a dataset. Subclasses define ``layout`` and ``forward``."""
 
+    # per-chain gradients by torch.func, which torch.export cannot trace inside a scan
+    exportable = False
+
     def __init__(self, name: str, layout: dict[str, tuple[int, ...]], dataset: Dataset):
         self.name, self.layout = name, layout
         self.dim = sum(math.prod(s) for s in layout.values())

@@ -21,14 +21,14 @@ from .truths import normal_crossing_rlct, tanh_llc
 class Polynomial(Network):
     """y_hat = x * prod_i w_i^(p_i); truth w0 = 0 (so y is pure noise), a normal crossing."""
 
+    exportable = True  # its few ops export, torch.func's gradient included
+
     def __init__(self, powers: Sequence[int], dataset: Dataset):
         super().__init__("polynomial", {"w": (len(powers),)}, dataset)
         self.powers = torch.tensor(powers, dtype=torch.float64)
         self.w0 = torch.zeros(self.dim, dtype=torch.float64)
         self.true_llc = normal_crossing_rlct(powers)
-        # the slope's constants, p_j > 0 and max(p_j - 1, 0), kept rather than made every step
-        self.positive = self.powers > 0
-        self.lowered = (self.powers - 1).clamp(min=0)
+        self.lowered = (self.powers - 1).clamp(min=0)  # the slope's max(p_j - 1, 0), kept
         self._full_moments()
 
     def _data_changed(self) -> None:
@@ -73,7 +73,7 @@ class Polynomial(Network):
         ones = coef.new_ones(coef.shape[0], 1)
         before = torch.cat([ones, terms[:, :-1]], 1).cumprod(1)
         after = torch.cat([terms[:, 1:], ones], 1).flip(1).cumprod(1).flip(1)
-        slope = torch.where(self.positive, self.powers * w**self.lowered, 0)
+        slope = torch.where(self.powers > 0, self.powers * w**self.lowered, 0)
         xx, xy = m
         return loss, (2 * (coef * xx - xy))[:, None] * slope * before * after
 
@@ -84,9 +84,11 @@ def polynomial_facts(
     if not any(p > 0 for p in powers):
         raise ParamError("polynomial.powers", "at least one power must be positive")
     check_data_size("polynomial", n, 2)
-    d = len(powers)  # it holds powers, w0 and the data's 2 x 2 moments besides the data
+    d = len(powers)  # it holds powers, w0, max(p - 1, 0), the data's 2 x 2 moments and 3 of
+    # them again as scalars besides the data
     true = normal_crossing_rlct(powers)
-    return network_facts(d, n, n_test(n), (1, 1), held=2 * d + 4, true_llc=true, closed_form=True)
+    held = 3 * d + 4 + 3
+    return network_facts(d, n, n_test(n), (1, 1), held=held, true_llc=true, closed_form=True)
 
 
 def make_polynomial(

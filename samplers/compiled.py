@@ -121,7 +121,8 @@ class Chunk:
         options = OPTIONS.get(self.device, {})
         if not self.loop and self.load():
             return
-        if not self.loop and not refused(self.key()):  # ahead of time, into the cache
+        exportable = getattr(self.target, "exportable", True)
+        if not self.loop and exportable and not refused(self.key()):  # ahead of time, cached
             try:
                 self._package()
                 return
@@ -156,8 +157,8 @@ class Chunk:
         """Load this chunk's package from the cache, if there is a sound one; True if loaded."""
         if self.compiled is not None:
             return True
-        if self.loop:
-            return False
+        if self.loop or not getattr(self.target, "exportable", True):
+            return False  # nothing on disk for it: no key to hash (a big model's weights)
         found = find(self.key())
         if found is None:
             return False

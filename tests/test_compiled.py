@@ -15,7 +15,10 @@ from samplers.llc import Paired
 
 # The tests' device: the CPU, as CI has it; BASIN_TEST_DEVICE=cuda runs the same tests on a GPU.
 DEVICE = os.environ.get("BASIN_TEST_DEVICE", "cpu")
-pytestmark = pytest.mark.compile  # every test here compiles the chunk
+pytestmark = [
+    pytest.mark.compile,  # every test here compiles the chunk
+    pytest.mark.filterwarnings("error:steps run eagerly"),  # a failed compile fails, not hides
+]
 
 
 CASES = [
