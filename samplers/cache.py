@@ -17,7 +17,9 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -175,15 +177,22 @@ def find(name: str) -> tuple[Path, dict] | None:
     return package, meta
 
 
-def save(name: str, built: Path, meta: dict) -> Path:
-    """File the package at ``built`` (moved) as entry ``name`` with its card; then trim the
-    folder to the cap. Written under temporary names and renamed: a reader never sees half."""
+def workspace() -> tempfile.TemporaryDirectory:
+    """A temporary folder inside the cache's (removed on exit; ``clear`` removes one a killed
+    process left): a package built there moves into place by a rename, never a copy."""
     base = folder()
     base.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix="build-", suffix=".tmp", dir=base)
+
+
+def save(name: str, built: Path, meta: dict) -> Path:
+    """File the package at ``built`` (in a ``workspace``; moved) as entry ``name`` with its
+    card; then trim the folder to the cap. Each file is renamed into place: a reader never sees
+    half of one, and a package without its card is not found."""
+    base = folder()
     package = base / f"{name}.pt2"
     tag = f".{os.getpid()}.{time.monotonic_ns()}.tmp"
-    os.replace(built, package.with_name(package.name + tag))
-    os.replace(package.with_name(package.name + tag), package)
+    os.replace(built, package)
     meta = {**meta, "sha256": _sha256(package), "bytes": package.stat().st_size}
     meta["created"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     card = base / f"{name}.json"
@@ -243,5 +252,8 @@ def clear() -> tuple[int, int]:
     for meta in listed:
         remove(meta["name"])
     for stray in [*base.glob("*.tmp"), *base.glob("*.refused")] if base.exists() else []:
-        stray.unlink(missing_ok=True)
+        if stray.is_dir():
+            shutil.rmtree(stray, ignore_errors=True)
+        else:
+            stray.unlink(missing_ok=True)
     return len(listed), sum(m.get("bytes", 0) for m in listed)

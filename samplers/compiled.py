@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import warnings
 import weakref
@@ -31,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .cache import code, find, fingerprint, refuse, refused, remove, save
+from .cache import code, find, fingerprint, refuse, refused, remove, save, workspace
 from .cache import key as cache_key
 from .state import Info, State
 
@@ -112,8 +111,6 @@ class Chunk:
         self.loop = self.device != "cpu" if loop is None else loop
         self.compiled = None  # built in ``start``'s thread: importing the compiler takes seconds
         self._key: str | None = None
-        self.from_cache = False  # loaded from the disk cache (compiled in an earlier process)
-        self.package_error: BaseException | None = None  # why the ahead-of-time path failed
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
@@ -126,8 +123,7 @@ class Chunk:
             try:
                 self._package()
                 return
-            except Exception as exc:  # e.g. torch.func's grad, which export cannot trace
-                self.package_error = exc
+            except Exception as exc:  # an op torch.export cannot trace: torch.compile instead
                 refuse(self.key(), repr(exc))  # later processes compile in-process at once
         if self.loop:  # the compiled step, once per row
             self.step = torch.compile(self._step, dynamic=False, options=options)
@@ -170,7 +166,6 @@ class Chunk:
         except Exception:  # unloadable (a package of another build): rebuilt, never trusted
             remove(self.key())
             return False
-        self.from_cache = True
         return True
 
     def _package(self) -> None:
@@ -180,7 +175,7 @@ class Chunk:
         noise = self._example_noise()
         live = torch.ones(self.length, dtype=torch.bool, device=self.template.position.device)
         held = self._held()
-        with tempfile.TemporaryDirectory(prefix="basin-aot-") as tmp:
+        with workspace() as tmp:
             built = os.path.join(tmp, "chunk.pt2")
             _export_package(module, (carry, noise, live, held), built)
             meta = {"noise": list(noise), "held": len(held), "kernel": self.kernel.name}

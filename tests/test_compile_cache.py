@@ -64,9 +64,10 @@ def test_the_key_is_the_same_in_another_process():
 
 
 def _entry(tmp_path: Path, name: str, size: int) -> Path:
-    built = tmp_path / f"{name}.built"
-    built.write_bytes(bytes(range(256)) * (size // 256))
-    return cache.save(name, built, {"noise": ["xi"], "kernel": "sgld"})
+    with cache.workspace() as work:  # where the compiled chunk builds it
+        built = Path(work) / "chunk.pt2"
+        built.write_bytes(bytes(range(256)) * (size // 256))
+        return cache.save(name, built, {"noise": ["xi"], "kernel": "sgld"})
 
 
 def test_a_package_whose_bytes_do_not_match_its_card_is_removed_not_loaded(folder, tmp_path):
@@ -142,9 +143,12 @@ def test_jobs_cache_says_where_and_clears(folder, tmp_path):
     assert report["removed"] == {"entries": 1, "bytes": 2048} and report["entries"] == 0
 
 
-def test_a_refused_export_is_noted_until_the_cache_is_cleared(folder):
+def test_a_refused_export_and_a_killed_build_go_when_the_cache_is_cleared(folder):
     assert not cache.refused("r" * 40)
     cache.refuse("r" * 40, "Unsupported('torch.func inside scan')")
     assert cache.refused("r" * 40) and cache.find("r" * 40) is None
+    left = folder / "build-killed.tmp"  # a workspace a killed process never removed
+    left.mkdir(parents=True)
+    (left / "chunk.pt2").write_bytes(b"half")
     cache.clear()
-    assert not cache.refused("r" * 40)
+    assert not cache.refused("r" * 40) and not left.exists()
