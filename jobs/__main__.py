@@ -3,12 +3,12 @@
 import gc
 
 
-def main() -> None:
-    """Import the commands with the cyclic collector paused, then run one. Importing torch and
-    Basin makes ~165,000 objects that live as long as the process: the collections that imports
-    trigger walk them all for nothing (0.15-0.2 s of every command; bench/RESULTS.md), and
-    ``gc.freeze`` keeps the run's own collections from walking them again. The process is ours;
-    importing this module alone changes nothing."""
+def commands():
+    """The commands' entry (``cli.main.run``), imported with the cyclic collector paused, and
+    what the imports made frozen. Importing torch and Basin makes ~165,000 objects that live as
+    long as the process: collections during the imports walk them all for nothing (0.15-0.2 s
+    of every command; bench/RESULTS.md), and once frozen the run's own collections skip them.
+    Only ``main`` (the process's entry) calls it: importing this module changes nothing."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -17,7 +17,11 @@ def main() -> None:
         if enabled:
             gc.enable()
     gc.freeze()
-    run()
+    return run
+
+
+def main() -> None:
+    commands()()
 
 
 if __name__ == "__main__":

@@ -87,8 +87,8 @@ def test_a_run_imports_no_heavy_library_before_its_summary(tmp_path):
     assert seen == {"help": [], "spec": [], "sampled": []}
 
 
-# The entry pauses the cyclic collector only while it imports the commands, and freezes what
-# they made, in its own process: importing ``jobs.__main__`` (as the console script's wrapper
+# The entry pauses the cyclic collector only while it imports the commands, and
+# freezes what they made, in its own process: importing ``jobs.__main__`` (as the console script's wrapper
 # does before it calls ``main``) leaves the collector as it was.
 ENTRY = """
 import gc, json, sys
