@@ -81,7 +81,9 @@ class Param:
     """One user-facing parameter. ``kind`` is one of int, float, bool, choice, str, ints, floats.
 
     ``low``/``high`` bound the value (or every element of a list) inclusively; ``optional``
-    admits None (shown as "auto"/"off" by front ends); ``length`` bounds list lengths.
+    admits None (shown as "auto"/"off" by front ends); ``length`` bounds list lengths; ``auto``
+    (a number) also admits the string "auto": the owner chooses the value itself (a kernel's
+    warm-up adapts its step size, samplers.warmup).
     """
 
     name: str
@@ -94,6 +96,7 @@ class Param:
     unit: str = ""
     optional: bool = False
     length: tuple[int, int] = (1, 64)
+    auto: bool = False
 
     def allowed(self) -> str:
         if self.kind == "choice":
@@ -113,7 +116,7 @@ class Param:
         rng = f" in [{lo}, {hi}]" if (self.low is not None or self.high is not None) else ""
         if self.kind in ("ints", "floats"):
             rng = f" of length {self.length[0]}..{self.length[1]}" + (f", each{rng}" if rng else "")
-        return what + rng + (" (or None)" if self.optional else "")
+        return what + rng + (" (or None)" if self.optional else "") + (" or 'auto'" * self.auto)
 
     def check(self, value: Any, owner: str) -> Any:
         """Return the value coerced to its kind, or raise ParamError naming ``owner.name``."""
@@ -122,6 +125,8 @@ class Param:
             if self.optional:
                 return None
             raise ParamError(name, f"must be {self.allowed()}, got None")
+        if self.auto and isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
         if self.kind == "choice":
             if value not in self.choices:
                 raise ParamError(name, f"must be {self.allowed()}, got {value!r}")

@@ -30,11 +30,11 @@ from studies.diagnostics import EXACT_DRAWS, POTENTIALS, labels_of
 from ui import animate
 from ui.live import watch
 from ui.truths import (
-    DEFAULTS,
     density_grid,
     exact_draws,
     open_group,
     run_length,
+    sampler_defaults,
     tail_ess,
     target_of,
 )
@@ -136,7 +136,7 @@ with right:
                 samplers.REGISTRY[name],
                 key="cmp.sampler" + "".join(f".{v}" for v in fixed.values()),
                 skip=tuple(fixed),
-                defaults=DEFAULTS,
+                defaults=sampler_defaults(samplers.REGISTRY[name]),
             )
             sampler_params[entry] = None if params is None else {**params, **fixed}
 

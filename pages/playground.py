@@ -27,7 +27,14 @@ from samplers.explain import POSTERIOR, explain
 from studies import compare, diagnostics
 from ui import animate
 from ui.live import run_choices, watch
-from ui.truths import DEFAULTS, density_grid, run_context, run_length, tail_ess, target_of
+from ui.truths import (
+    density_grid,
+    run_context,
+    run_length,
+    sampler_defaults,
+    tail_ess,
+    target_of,
+)
 
 ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
 
@@ -79,7 +86,8 @@ with left:
 with right:
     sampler_name = st.selectbox("Sampler", SAMPLERS, key=ui.kept("pg.sampler_name"))
     sampler_spec = samplers.REGISTRY[sampler_name]
-    sampler_params = ui.param_inputs(sampler_spec, key="pg.sampler", defaults=DEFAULTS)
+    defaults = sampler_defaults(sampler_spec)
+    sampler_params = ui.param_inputs(sampler_spec, key="pg.sampler", defaults=defaults)
     latex, paragraph = explain(sampler_name)
     if latex:
         st.latex(latex)

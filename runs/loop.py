@@ -230,6 +230,9 @@ class Sampling:
         summary["steps_per_second"] = self.done / seconds if seconds > 0 else 0.0
         summary["sampling_seconds"] = sampling
         summary["compiled"] = self.compiled  # whether any block ran as a compiled chunk
+        adaptation = getattr(kernel, "adaptation", None)  # step_size auto: what it settled on
+        if adaptation is not None and (adapted := adaptation(state)) is not None:
+            summary["adapted"] = adapted
         if hasattr(target, "loss_doc"):  # a network's loss in words: which regression convention
             summary["loss_function"] = target.loss_doc()
             if hasattr(target, "describe_modes"):  # a user's model: eval mode, buffers fixed
@@ -390,7 +393,7 @@ class Recorder:
         over the records after burn-in, the diagnosed chains' draws, every chain's last
         position, and exact draws of the density sampled where the target has a sampler."""
         good = ~state.diverged.cpu().numpy()
-        n, out = self.kept_after_burn, {"coupled": getattr(kernel, "coupled", False)}
+        n, out = self.kept_after_burn, {"coupled": getattr(kernel, "particles", False)}
         if n and "accepted" in self.sums:
             out["chain_acceptance"] = (self.sums["accepted"].cpu().numpy() / n)[good]
         if n and "position" in self.sums:

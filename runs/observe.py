@@ -74,7 +74,6 @@ class LLCObserver(Observer):
         self.store, self.run_id = store, run_id
         self.nbeta = kernel.nbeta_for(target)
         self.gamma = float(kernel.params.get("localization", 0.0))
-        self.eps = float(kernel.params["step_size"])
         self.flushes = store.records(run_id, "flushes")  # a resumed run's rows are kept
 
     # -- before the chains --------------------------------------------------------------------
@@ -101,8 +100,9 @@ class LLCObserver(Observer):
             self.baseline = float(target.full_loss(w)[0])
         self.noise_ratio = None
         if self.kernel.minibatch:
+            eps = float(self.kernel.params["step_size"])  # an SG kernel's: a number
             self.noise_ratio = llc.gradient_noise_ratio(
-                target, self.w0, self.nbeta, self.eps, batch_size, g
+                target, self.w0, self.nbeta, eps, batch_size, g
             )
         self.eval_batch = None
         if target.n is not None and target.n > EVAL_POINTS:

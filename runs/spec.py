@@ -26,6 +26,7 @@ import samplers
 from landscapes import ParamError
 from landscapes.registry import facts as landscape_facts
 from samplers import llc
+from samplers.warmup import run_params
 
 # Observables computed alongside the chains (runs.observe): name -> one-line doc.
 OBSERVABLES: dict[str, str] = {
@@ -266,6 +267,7 @@ class RunSpec(_Model):
                 part.params = registry[part.name].validate(part.params)
             except ParamError as exc:
                 raise _fail(*param_error(exc, role, part.name)) from None
+        self._warmup_defaults()
         if "predictive" in self.observables:
             self._check_predictive()
         if self.target.params.get("parametrisation") == "reprior":
@@ -383,6 +385,12 @@ class RunSpec(_Model):
                 f"must be empty (full batch) or >= n = {n} with reprior, got {size}: the map "
                 f"reads every training point at every step; {why}",
             )
+
+    def _warmup_defaults(self) -> None:
+        try:  # step_size auto: the warm-up is the burn-in unless given (samplers.warmup)
+            self.sampler.params = run_params(self.sampler.params, self.burn_in, self.steps)
+        except ParamError as exc:
+            raise _fail(exc.field, str(exc).removeprefix(f"{exc.field}: ")) from None
 
     def _llc_defaults(self) -> None:
         """LLC runs on networks localise at w0 with gamma = ``llc.LOCALIZATION`` unless the spec

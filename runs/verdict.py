@@ -36,6 +36,10 @@ GRADIENT_FREE = {"rwmh", "adaptive-mh"}
 LONG_MOVES = "hmc or nuts (they move further per step along the density)"
 ORDER = {"good": 0, "warn": 1, "fail": 2}
 CONVERGED_WINDOW = 0.1  # a fit's last 10% of epochs against the 10% before
+# step_size auto: the warm-up settled when the acceptance after it is at most 0.1 below its aim
+# and at most 0.15 above (Stan's averaged step lands above the aim, the more so after a short
+# warm-up; a step still too large shows below it; samplers.warmup)
+SETTLED = (0.1, 0.15)
 
 
 def targets_exact(sampler_params: dict) -> bool:
@@ -108,9 +112,22 @@ class Evidence:
         return self.params.get("step_size")
 
     @property
+    def auto(self) -> bool:
+        """The step was adapted by the warm-up (samplers.warmup): advice is about the warm-up."""
+        return self.step == "auto"
+
+    @property
     def smaller(self) -> str:
+        if self.auto:  # Stan's advice: a higher aim makes the adapted step smaller
+            aim = self.params.get("target_accept") or 0.8
+            return f"a higher target_accept (e.g. {min(0.99, (1 + aim) / 2):.2g})"
         step = self.step
         return f"a smaller step_size (e.g. {step / 2:g})" if step else "a smaller step_size"
+
+    @property
+    def longer_warmup(self) -> str:
+        burn = self.spec.get("burn_in") or 0
+        return f"a longer warm-up (burn_in {max(2 * burn, 100)})"
 
     @property
     def diverged(self) -> int:
@@ -157,7 +174,8 @@ def judge(
     return verdict_of(
         [
             _diverged(run),
-            _acceptance(run),
+            _settled(run) if run.auto else _acceptance(run),
+            *_watched(run),
             _unadjusted(run),
             _precision(run),
             _warmup(run),
@@ -212,6 +230,37 @@ def _acceptance(run: Evidence) -> Signal | None:
             f"a larger step_size (e.g. {step * 2:g})" if step else "a larger step_size",
         )
     return None
+
+
+def _settled(run: Evidence) -> Signal | None:
+    """step_size auto: the warm-up settled when the acceptance after it is near its aim (a
+    warm-up too short for the target leaves a step the dual averaging had not yet found)."""
+    adapted, acceptance = run.summary.get("adapted"), run.acceptance
+    if not adapted or acceptance is None:
+        return None
+    aim = adapted["target_accept"]
+    if not adapted.get("finished", True):
+        message = "the run stopped inside the warm-up: its step was still being adapted"
+    elif not aim - SETTLED[0] <= acceptance <= min(1.0, aim + SETTLED[1]):
+        message = (
+            f"acceptance {acceptance:.2f} after the warm-up is far from the {aim:g} it aimed "
+            f"at (adapted step {adapted['step_size']:.3g}): the warm-up had not settled"
+        )
+    else:
+        return None
+    return Signal("warmup", "warn", acceptance, message, run.longer_warmup)
+
+
+def _watched(run: Evidence) -> list[Signal]:
+    """The scalars a kernel without an MH test declares it is judged by (``Watch``)."""
+    spec, scalars = REGISTRY.get(run.sampler), run.summary.get("scalars") or {}
+    found = []
+    for watch in spec.watch if spec else ():
+        value = scalars.get(watch.scalar)
+        if value is not None and value > watch.high:
+            message = f"mean {watch.scalar} {value:.3g} is above {watch.high:g}: {watch.why}"
+            found.append(Signal(watch.scalar, "warn", value, message, watch.advice))
+    return found
 
 
 def _unadjusted(run: Evidence) -> Signal | None:

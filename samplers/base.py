@@ -125,8 +125,11 @@ class Kernel(ABC):
     # whether ``update`` takes ``trace``: a dict it fills with "proposal" (and "path")
     traces: ClassVar[bool] = False
     compilable: ClassVar[bool] = True  # whether ``samplers.compiled`` may compile its steps
-    # the chains are one ensemble (SVGD): judged by the final particles, not as chains
+    # a chain's step reads the other chains (SVGD, EQN, DE-MC-Z): they are not independent
     coupled: ClassVar[bool] = False
+    # the chains are one ensemble of particles (SVGD, EQN): judged by the final particles, not
+    # as chains (DE-MC-Z's chains, coupled through their archive, are each a Markov chain)
+    particles: ClassVar[bool] = False
     # ``accepted`` is a probability (NUTS's accept_stat), recorded as a float, not a 0/1 flag
     fractional_acceptance: ClassVar[bool] = False
     # whether ``update`` reads grad L apart from grad U (adaptive preconditioners)
@@ -306,11 +309,12 @@ class Kernel(ABC):
             value, grad = value + 0.5 * loc * (diff * diff).sum(-1), grad + loc * diff
         return Energy(loss, loss_grad, value, grad)
 
-    def langevin_step(self, state: State) -> float | Tensor:
+    def langevin_step(self, state: State) -> float | Tensor | None:
         """The step of the Langevin move this kernel makes at ``state``, w <- w - (eps/2) grad U
         + sqrt(eps) eta: a float, or [C, d] where a preconditioner sets it per chain and
-        coordinate. For SGLD it is ``step_size``; the LLC's acceptance probe proposes with it."""
-        return self.step_size
+        coordinate; None for a kernel without a step (slice sampling). For SGLD it is
+        ``step_size``; the LLC's acceptance probe proposes with it."""
+        return getattr(self, "step_size", None)
 
     def uses_batches(self, target: Target) -> bool:
         size = getattr(self, "batch_size", None)

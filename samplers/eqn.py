@@ -73,6 +73,7 @@ class EQN(Splitting):
         "plain BAOAB. B is block-diagonal over the parameter tensors.",
     )
     coupled = True  # each walker's B reads every other walker
+    particles = True
     compilable = False  # the rebuild's schedule is a host-side count
 
     def start(self, state, target, generator):

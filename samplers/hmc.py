@@ -8,28 +8,35 @@ from torch import Tensor
 
 from .base import Draw, Energy
 from .integrators import MHKernel
-from .spec import MH, P003, Param, aligned, kernel_spec
+from .spec import LOC, NBETA, P003, Param, aligned, kernel_spec
+from .warmup import Adaptive, adapting_params
 
 
-class HMC(MHKernel):
+class HMC(Adaptive, MHKernel):
     """p ~ N(0, I); ``leapfrog_steps`` velocity-Verlet steps B(eps/2) A(eps) B(eps/2); accept with
     min(1, exp(H(w, p) - H(w', p'))), H = U + |p|^2 / 2. With ``jitter`` (the default) each chain
     draws its number of steps uniformly from 1..leapfrog_steps every iteration (masked, no host
     sync): a fixed length resonates when a mode's phase (omega L eps; the leapfrog's is
     L arccos(1 - (eps omega)^2 / 2)) is near a multiple of pi: the trajectory ends near its start
     or its mirror image, so that mode barely mixes and a far start stays far. ``jitter=False`` is
-    the fixed-length textbook HMC."""
+    the fixed-length textbook HMC. With ``step_size: auto`` the burn-in adapts the step and a
+    diagonal mass matrix M (samplers.warmup): p ~ N(0, M), w moves by eps M^-1 p and the
+    kinetic energy is p M^-1 p / 2."""
 
     SPEC = kernel_spec(
         "hmc",
         "mcmc",
         P003 + ", eq. 15",
         [
-            *MH,
+            *adapting_params(1e-3, 0.8, "Stan's default"),
+            NBETA,
+            LOC,
             Param(
                 "leapfrog_steps",
                 "int",
-                10,
+                # jittered: ~10 steps a trajectory on average, enough to travel around the
+                # teaching potentials (the donut's ring) at the adapted step (test_verdict)
+                20,
                 "leapfrog steps per iteration (maximum with jitter)",
                 1,
                 1000,
@@ -59,7 +66,9 @@ class HMC(MHKernel):
         "fixed length K eps resonates when a mode's phase over the trajectory is near a "
         "multiple of pi, so the trajectory ends near its start or its mirror image and that "
         "mode barely mixes (a far start stays far). Set jitter off for the fixed-length "
-        "textbook HMC with K = leapfrog_steps every time.",
+        "textbook HMC with K = leapfrog_steps every time. With step_size auto the burn-in "
+        "tunes the step toward an acceptance of 0.8 and a diagonal mass matrix to the "
+        "target's scales (Stan's warm-up, pooled over the chains); both stay fixed after it.",
         acceptance=(0.4, 1.0),  # optimum 0.65-0.8 (Beskos et al. 2013)
     )
 
@@ -69,15 +78,19 @@ class HMC(MHKernel):
             draws["count"] = Draw("uniform", (chains,))
         return draws
 
+    def start(self, state, target, generator):
+        state = super().start(state, target, generator)
+        return self.adapting_start(state, target, generator) if self.auto else state
+
     def update(self, state, target, batch, noise, trace=None):
-        eps, n = self.step_size, self.leapfrog_steps
+        (eps, inv_mass), n = self.stepping(state), self.leapfrog_steps
         w, grad, e = state.position, state.grad, None
         path = [w]
-        p0 = p = noise["xi"]
+        p0 = p = noise["xi"] if inv_mass is None else noise["xi"] * inv_mass.rsqrt()
         count = (noise["count"] * n).floor() + 1 if self.jitter else None
         for i in range(n):
             p_half = p - 0.5 * eps * grad
-            w_new = w + eps * p_half
+            w_new = w + eps * (p_half if inv_mass is None else inv_mass * p_half)
             e_new = self.energy(w_new, state, target, None)
             p_new = p_half - 0.5 * eps * e_new.grad
             if count is not None and i > 0:  # finished trajectories keep their end point
@@ -93,8 +106,16 @@ class HMC(MHKernel):
             path.append(w)
         if trace is not None:  # a jittered trajectory's points past its end repeat the end
             trace["proposal"], trace["path"] = w, torch.stack(path, 1)
-        log_ratio = (state.U + 0.5 * (p0 * p0).sum(-1)) - (e.value + 0.5 * (p * p).sum(-1))
-        return self.settle(state, w, e, log_ratio, noise["u"])
+        log_ratio = (state.U + _kinetic(p0, inv_mass)) - (e.value + _kinetic(p, inv_mass))
+        new, loss, accepted = self.settle(state, w, e, log_ratio, noise["u"])
+        if self.auto:
+            new = self.adapted(state, new, log_ratio.clamp(max=0.0).exp())
+        return new, loss, accepted
+
+
+def _kinetic(p: Tensor, inv_mass: Tensor | None) -> Tensor:
+    """p M^-1 p / 2 ([C]) for the diagonal inverse metric ``inv_mass`` (None: the identity)."""
+    return 0.5 * (p * p).sum(-1) if inv_mass is None else 0.5 * (inv_mass * p * p).sum(-1)
 
 
 def _pick(mask: Tensor, new: Tensor | None, old: Tensor | None) -> Tensor | None:

@@ -211,8 +211,11 @@ def sgld_acceptance(
     position, with the step the chain actually takes (``kernel.langevin_step``: per coordinate
     for RMSProp- and Adam-SGLD, up to 1/a = 10x the nominal step) and the kernel's U, on
     ``batch`` (the full data when None): a step-size diagnostic; near 1 the discretisation
-    barely biases the chains, low means the step is large for the curvature."""
+    barely biases the chains, low means the step is large for the curvature. NaN for a kernel
+    without a Langevin step."""
     eps, w = kernel.langevin_step(state), state.position
+    if eps is None:
+        return torch.full_like(state.position[:, 0], math.nan)
     e = kernel.energy(w, state, target, batch)
     noise = torch.randn(w.shape, generator=generator, device=w.device, dtype=w.dtype)
     proposal = w - 0.5 * eps * e.grad + eps**0.5 * noise

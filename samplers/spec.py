@@ -54,13 +54,26 @@ MH = (STEP, NBETA, LOC)
 
 
 @dataclass(frozen=True)
+class Watch:
+    """A per-step scalar (the kernel's ``observe``) a run is judged by where no acceptance rate
+    says whether the kernel's settings suit the target (``runs.verdict``): a mean above ``high``
+    means what ``why`` says (with its source); ``advice`` is what to try."""
+
+    scalar: str
+    high: float
+    why: str
+    advice: str
+
+
+@dataclass(frozen=True)
 class KernelSpec(Spec):
     """A kernel's registry entry (``kind`` is its family: sgmcmc, mcmc, ensemble, splitting) with
     what the teaching views show: ``equation`` (the update as implemented, LaTeX), ``text`` (a
     paragraph; its source is appended from ``paper``) and ``acceptance``, the band (lo, hi) of
     mean acceptance where the kernel's step is sensible (None: no band; ``runs.verdict``):
     below it proposals are mostly rejected (a step too large for the target's curvature),
-    above it the step is needlessly small.
+    above it the step is needlessly small. ``watch``: the scalars a kernel without an MH test
+    is judged by instead (``Watch``).
 
     ``doc`` and ``build`` may be left None in a class body: the class fills them in (its
     docstring and itself)."""
@@ -68,6 +81,7 @@ class KernelSpec(Spec):
     equation: str = ""
     text: str = ""
     acceptance: tuple[float, float] | None = None
+    watch: tuple[Watch, ...] = ()
 
 
 def kernel_spec(
@@ -81,9 +95,10 @@ def kernel_spec(
     equation: str = "",
     text: str = "",
     acceptance: tuple[float, float] | None = None,
+    watch: tuple[Watch, ...] = (),
 ) -> KernelSpec:
     """A ``KernelSpec`` written with keywords, as kernel classes declare it."""
-    return KernelSpec(name, family, doc, paper, params, build, equation, text, acceptance)
+    return KernelSpec(name, family, doc, paper, params, build, equation, text, acceptance, watch)
 
 
 def aligned(*rows: str) -> str:

@@ -69,6 +69,7 @@ class SVGD(Kernel):
         "A diverged particle is frozen and left out of the others' sums.",
     )
     coupled = True  # every particle's update reads all the others
+    particles = True
 
     def noise(self, chains, dim):
         # no random draws; one empty draw [steps, 0] per step only tells ``Kernel.eager`` (and

@@ -222,9 +222,9 @@ def test_nuts_trees_and_traced_paths_match_a_recursive_builder(target_name, step
 def test_nuts_block_equals_its_steps_one_at_a_time(levels, monkeypatch):
     """``eager`` grows a block's trees as a forest, each chain going on to its next step's tree
     as soon as its own stopped; the lockstep ``step``, one row at a time, must give the same
-    states and records bit for bit, with the span checks dense or sparse (``_Forest``). The
+    states and records bit for bit, with the span checks dense or sparse (``Forest``). The
     funnel at step 0.6 makes invalid subtrees; two chains start non-finite and stay flagged."""
-    monkeypatch.setattr(samplers.nuts, "SPARSE_LEVELS", 0 if levels == "sparse" else 1 << 30)
+    monkeypatch.setattr(samplers.forest, "SPARSE_LEVELS", 0 if levels == "sparse" else 1 << 30)
     target = potential("funnel")
     kernel = samplers.make("nuts", step_size=0.6, max_depth=6)
     g = gen(3)

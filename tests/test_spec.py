@@ -33,7 +33,10 @@ BAD = [
     (
         spec_with(sampler={"name": "mala", "params": {"leapfrog_steps": 3}}),
         "sampler.params.leapfrog_steps",
-        ["unknown parameter", "['localization', 'nbeta', 'step_size']"],
+        [
+            "unknown parameter",
+            "['localization', 'metric', 'nbeta', 'step_size', 'target_accept', 'warmup']",
+        ],
     ),
     (
         spec_with(sampler={"name": "mala", "params": {"step_size": 50.0}}),

@@ -101,6 +101,29 @@ def test_a_well_tuned_hmc_run_on_the_donut_is_good_and_the_cli_prints_its_verdic
     assert shown["verdict"]["status"] == "good"
 
 
+def test_hmc_with_step_size_auto_on_the_donut_is_good_without_a_typed_step(tmp_path):
+    """The Playground's defaults with the step left to the warm-up (issue 59): good, and the
+    summary holds what the warm-up settled on."""
+    auto = {"name": "hmc", "params": {"step_size": "auto"}}
+    summary = run(tmp_path, {"name": "donut", "params": {}}, auto)
+    assert summary["verdict"] == {"status": "good", "signals": []}, summary["verdict"]
+    adapted = summary["adapted"]
+    assert adapted["finished"] and adapted["warmup"] == PLAYGROUND["burn_in"]
+    assert 0.05 < adapted["step_size"] < 0.5 and len(adapted["inverse_mass"]) == 2
+
+
+def test_a_kernel_without_an_mh_test_is_judged_by_the_scalars_it_declares():
+    """Slice sampling's cost and MCLMC's energy error, against the bounds their SPECs declare
+    (samplers.spec.Watch); below them, nothing is said."""
+    base = {"target": {"name": "donut"}, "chains": 4, "steps": 100}
+    slice_ = {**base, "sampler": {"name": "slice", "params": {}}}
+    high = judge(slice_, {"scalars": {"evaluations": 40.0, "capped": 0.1}})
+    assert codes(high, "warn") == {"evaluations", "capped"}
+    assert judge(slice_, {"scalars": {"evaluations": 5.0, "capped": 0.0}})["signals"] == []
+    mclmc = {**base, "sampler": {"name": "mclmc", "params": {}}}
+    assert codes(judge(mclmc, {"scalars": {"energy_error": 0.02}}), "warn") == {"energy_error"}
+
+
 # -- judge on draws whose truth is known -----------------------------------------------------
 
 

@@ -19,7 +19,13 @@ from .live import Live, stop_polling
 from .pool import store
 from .widgets import kept, number_field, spec_error
 
-DEFAULTS = {"step_size": 0.1}  # the registry's 1e-3 suits networks; toys mix visibly at 0.1
+
+def sampler_defaults(spec) -> dict:
+    """A potential page's defaults for kernel ``spec``: auto where the kernel adapts its step
+    (samplers.warmup), else 0.1 (the registry's 1e-3 suits networks; toys mix visibly at 0.1)."""
+    has = {p.name: p for p in spec.params}
+    step = has.get("step_size")
+    return {"step_size": "auto" if step is not None and step.auto else 0.1}
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)

@@ -104,7 +104,8 @@ def param_input(p: Param, key: str, default: Any = None, owner: str = "") -> Any
         return SHOWN if number is None else number
     if p.kind == "float" and not p.optional and value is not None:
         # Text, not a number_input: step sizes span 1e-8..1, which a spinner cannot edit.
-        text = st.text_input(label, f"{value:g}", key=key, help=help_)
+        shown = value if value == "auto" else f"{value:g}"
+        text = st.text_input(label, shown, key=key, help=help_)
         return text.strip()
     if p.kind in ("ints", "floats"):
         shown = "" if value is None else ", ".join(f"{v:g}" for v in value)

@@ -1,0 +1,161 @@
+"""Stan's warm-up (``step_size: auto``; samplers.warmup) against values derived without it: Stan's
+documented window schedule, the step dual averaging must find for a known acceptance curve, the
+true variances of a Gaussian, and exactness after the warm-up."""
+
+import math
+
+import pytest
+import torch
+
+import landscapes
+import samplers
+from runs import verdict
+from runs.spec import RunSpec
+from samplers.warmup import AdaptState, windows
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def test_windows_follow_stans_schedule():
+    # Stan's manual (HMC algorithm parameters, "automatic parameter tuning"): 1000 warm-up
+    # iterations are a 75-step buffer, windows of 25, 50, 100, 200 and 500 steps, a 50-step end
+    assert windows(1000) == (75, 950, (99, 149, 249, 449, 949))
+    assert windows(150) == (75, 100, (99,))  # 75 + 25 + 50: the buffers and one window
+    # shorter: 15% / 75% / 10% (Stan's fallback), one window
+    assert windows(100) == (15, 90, (89,))
+    assert windows(10) == (10, 10, ())  # below 20: the step adapts, the metric does not
+
+
+def test_dual_averaging_finds_the_step_of_a_known_acceptance_curve():
+    """Acceptance exp(-eps) at step eps: the aim 0.8 is met at eps* = -log 0.8 = 0.2231."""
+    kernel = samplers.make("hmc", step_size="auto", warmup=400, metric="unit")
+    chains = 4
+    w = torch.zeros(chains, 1, dtype=torch.float64)
+    zeros = w.new_zeros(chains)
+    state = AdaptState(
+        position=w,
+        center=w,
+        diverged=torch.zeros(chains, dtype=torch.bool),
+        U=zeros,
+        grad=w.clone(),
+        loss=zeros,
+        log_step=zeros,
+        inv_mass=torch.ones_like(w),
+        count=zeros,
+        accept_prob=zeros,
+        s_bar=zeros,
+        x_bar=zeros,
+        mu=zeros + math.log(10.0),
+        n_da=zeros,
+        n_var=zeros,
+        mean=torch.zeros_like(w),
+        m2=torch.zeros_like(w),
+    )
+    for _ in range(400):
+        state = kernel.adapted(state, state, torch.exp(-state.log_step.exp()))
+    assert state.log_step.exp()[0].item() == pytest.approx(-math.log(0.8), rel=0.05)
+    after = kernel.adapted(state, state, torch.zeros(chains, dtype=torch.float64))
+    assert torch.equal(after.log_step, state.log_step)  # frozen after the warm-up
+
+
+SCALES = tuple(float(s) for s in torch.logspace(0, 1, 10, dtype=torch.float64))  # sd 1..10
+
+
+@pytest.mark.parametrize(
+    "name, params, aim", [("hmc", {}, 0.8), ("nuts", {"max_depth": 8}, 0.8), ("mala", {}, 0.574)]
+)
+def test_adapted_metric_matches_the_true_variances_and_the_chain_stays_exact(name, params, aim):
+    """A 10-D Gaussian of condition number 100 (sd 1..10, axis-aligned): the diagonal metric is
+    the variance (within 10%), the acceptance after the warm-up is near the aim, and chains
+    started at exact draws are still exactly distributed after the warm-up (their variance
+    per coordinate within 4 standard errors; C independent chains)."""
+    target = landscapes.make("gaussian", dim=10, scales=SCALES, dtype="float64")
+    chains, warmup = 256, 600
+    kernel = samplers.make(name, step_size="auto", warmup=warmup, **params)
+    g = gen(1)
+    state = kernel.init(target.exact_sample(g, chains), target, g)
+    noise = kernel.noise_for(state, target, g)
+    state, _ = kernel.run(state, target, noise, warmup)
+    adapted = kernel.adaptation(state)
+    assert adapted["finished"]
+    true = torch.tensor(SCALES, dtype=torch.float64) ** 2
+    ratio = torch.tensor(adapted["inverse_mass"], dtype=torch.float64) / true
+    assert ((ratio - 1).abs() < 0.1).all(), ratio
+    state, info = kernel.run(state, target, noise, 200)
+    assert abs(float(info.accepted.mean()) - aim) < 0.12
+    var = state.position.var(0)
+    se = true * math.sqrt(2 / chains)
+    assert ((var - true).abs() < 4 * se).all(), var / true
+
+
+def test_nuts_forest_with_an_adapted_metric_equals_its_steps_one_at_a_time():
+    """After the warm-up NUTS grows its blocks as a forest (samplers.forest) with the adapted
+    step and metric; the lockstep step, one row at a time, gives the same draws bit for bit."""
+    target = landscapes.make("gaussian", dim=3, scales=(0.5, 1.0, 4.0), dtype="float64")
+    kernel = samplers.make("nuts", step_size="auto", warmup=40, max_depth=6)
+    g = gen(2)
+    state = kernel.init(target.exact_sample(g, 24), target, g)
+    state, _ = kernel.run(state, target, g, 40)
+    assert not torch.allclose(state.inv_mass, torch.ones_like(state.inv_mass))
+    rows = kernel.noise_for(state, target, gen(3), most=12).take(12)
+    one, one_info = samplers.base.Kernel.eager(kernel, state, target, rows, positions=True)
+    block, info = kernel.eager(state, target, rows, positions=True)
+    same = {"rtol": 0, "atol": 0, "equal_nan": True}
+    for name in ("position", "U", "grad", "loss", "diverged", "count"):
+        torch.testing.assert_close(getattr(block, name), getattr(one, name), **same)
+    torch.testing.assert_close(info.accepted, one_info.accepted, **same)
+
+
+def test_a_numeric_step_keeps_the_kernel_as_it_was():
+    kernel = samplers.make("hmc", step_size=0.2)
+    target = landscapes.make("banana")
+    state = kernel.init(target.exact_sample(gen(), 4), target, gen())
+    assert not isinstance(state, AdaptState) and kernel.adaptation(state) is None
+    with pytest.raises(ValueError, match=r"sgld\.step_size: must be a number"):
+        samplers.make("sgld", step_size="auto")
+    with pytest.raises(ValueError, match=r"hmc\.warmup: step_size auto adapts during a warm-up"):
+        samplers.make("hmc", step_size="auto").init(target.exact_sample(gen(), 4), target, gen())
+
+
+def spec(**over):
+    base = {
+        "target": {"name": "donut"},
+        "sampler": {"name": "hmc", "params": {"step_size": "auto"}},
+        "chains": 4,
+        "steps": 100,
+        "burn_in": 50,
+    }
+    return RunSpec.model_validate({**base, **over})
+
+
+def test_the_spec_takes_the_warmup_from_the_burn_in_and_refuses_what_cannot_work():
+    assert spec().sampler.params["warmup"] == 50
+    cases = [
+        ({"burn_in": 0}, "burn_in: must be at least 1 with sampler.params.step_size auto"),
+        (
+            {"sampler": {"name": "hmc", "params": {"step_size": "auto", "warmup": 80}}},
+            "sampler.params.warmup: must be at most burn_in (50)",
+        ),
+        (
+            {"sampler": {"name": "hmc", "params": {"step_size": 0.1, "warmup": 20}}},
+            "sampler.params.warmup: applies only with step_size auto",
+        ),
+    ]
+    for over, message in cases:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            spec(**over)
+
+
+def test_the_verdict_of_an_auto_run_speaks_of_the_warm_up_not_a_smaller_step():
+    run = spec().model_dump(mode="json")
+    adapted = {"step_size": 0.3, "target_accept": 0.8, "finished": True}
+    base = {"diverged_chains": 2, "adapted": adapted}
+    found = verdict.judge(run, {**base, "acceptance": 0.55})["signals"]
+    codes = {s["code"]: s for s in found}
+    assert "smaller step_size" not in codes["diverged"]["try"]
+    assert "target_accept" in codes["diverged"]["try"]
+    assert codes["warmup"]["try"] == "a longer warm-up (burn_in 100)"
+    settled = verdict.judge(run, {"adapted": adapted, "acceptance": 0.86})["signals"]
+    assert "warmup" not in {s["code"] for s in settled}
