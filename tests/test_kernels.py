@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from kernel_params import stepped
 from scipy import linalg, stats
 
 import landscapes
@@ -399,7 +400,7 @@ def test_minibatch_stationary_loss_matches_full_batch():
 @pytest.mark.parametrize("name", sorted(samplers.REGISTRY))
 def test_a_nan_chain_is_frozen_and_flagged_and_the_others_are_untouched(name):
     target = landscapes.make("banana", device=DEVICE, dtype="float64")
-    kernel = samplers.make(name, step_size=0.01)
+    kernel = samplers.make(name, **stepped(name, 0.01))
     x0 = target.exact_sample(gen(0), 6)
     runs = []
     for poison in (False, True):

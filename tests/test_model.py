@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from apptest import run_queued
+from kernel_params import stepped
 from safetensors.torch import save_file
 
 import landscapes
@@ -200,7 +201,8 @@ def test_batchnorm_and_dropout_run_in_eval_mode_with_buffers_held_fixed():
 def test_every_sampler_runs_on_a_model(name):
     t = model("small_regression")
     # NUTS doubles its tree until it turns: at a tiny step that is its depth limit each step
-    kernel = samplers.make(name, step_size=1e-4, **({"max_depth": 3} if name == "nuts" else {}))
+    params = stepped(name, 1e-4) | ({"max_depth": 3} if name == "nuts" else {})
+    kernel = samplers.make(name, **params)
     g = torch.Generator().manual_seed(0)
     state = kernel.init(t.initial(g, 4), t, g)
     state, info = kernel.run(state, t, g, 10)
