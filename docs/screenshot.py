@@ -28,6 +28,7 @@ def settle(page) -> None:
 def choose(page, label: str, option: str) -> None:
     box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
     box.click()
+    page.keyboard.type(option)  # the list shows only its first options: filter it
     page.get_by_role("option", name=option, exact=True).click()
     settle(page)
 

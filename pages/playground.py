@@ -254,6 +254,8 @@ def run_diagnostics(record, ctx: dict, sample, every: int, total: int, tails: li
     m2.metric("diverged chains", facts["diverged chains"])
     m3.metric("draws after burn-in", f"{total:,}")
     m4.metric("seconds", number(facts["seconds"], 3))
+    if (line := diagnostics.adapted_line(record.summary)) is not None:
+        st.caption(line)
     tail = tail_ess(run_id, ctx["burn"]) if diagnostics.final_coordinates(record) else None
     rows = diagnostics.diagnostics_rows(record, ctx["target"], ctx["exact"], sample, tails, tail)
     flags = [diagnostics.cell_flags(row) for row in rows]

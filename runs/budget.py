@@ -65,6 +65,10 @@ CALIBRATION_RUNS = 10  # the newest completed runs of the same target and sample
 
 NUTS_DEPTH = 6  # a typical NUTS tree before runs calibrate it: 2^6 leapfrogs (donut, eps 0.1)
 NUTS_DOUBLING_S = 5e-3  # ... each doubling's bookkeeping and host sync, eager
+# energy evaluations a step of the kernels whose cost no parameter sets, before runs calibrate
+# it: a slice search at a width near the target's scale makes ~3-6 (Neal 2003, Sec. 4), each
+# with a host sync; gibbs makes one search per coordinate
+SEARCHES = {"slice": 6, "elliptical-slice": 4, "gibbs": 6}
 
 
 def gradient_evaluations(spec: dict) -> int:
@@ -75,7 +79,12 @@ def gradient_evaluations(spec: dict) -> int:
     if name == "nuts":
         depth = min(int(params.get("max_depth") or takes["max_depth"]), NUTS_DEPTH)
         return 2**depth + int(depth * NUTS_DOUBLING_S / STEP_OVERHEAD_S)
-    return int(params.get("leapfrog_steps") or takes.get("leapfrog_steps") or 1)
+    if name in SEARCHES:
+        return SEARCHES[name]
+    for steps in ("leapfrog_steps", "n_steps"):  # HMC's, MCHMC's trajectory
+        if steps in takes:
+            return int(params.get(steps) or takes[steps])
+    return 1
 
 
 def model_seconds(spec: dict, steps: int | None = None) -> float:
@@ -84,7 +93,7 @@ def model_seconds(spec: dict, steps: int | None = None) -> float:
     evaluations per step (x AUTOGRAD_FACTOR where the target's gradient is autograd's)."""
     run = parse_spec(spec)
     dim = target_facts(run).dim
-    g = gradient_evaluations(spec)
+    g = gradient_evaluations(spec) * (dim if run.sampler.name == "gibbs" else 1)
     if run.target.name in AUTOGRAD_TARGETS:
         g *= AUTOGRAD_FACTOR
     per_step = g * (STEP_OVERHEAD_S + run.chains * max(dim, 2) * CHAIN_COORDINATE_S)

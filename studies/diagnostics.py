@@ -263,6 +263,24 @@ def diagnostics_table(store: Store, run_id: str, tails: list | None = None) -> d
     return {"metrics": metrics(record, data, every, total), "rows": rows}
 
 
+def adapted_line(summary: dict | None) -> str | None:
+    """What a step_size auto run's warm-up settled on (samplers.warmup), in one line, or None."""
+    adapted = (summary or {}).get("adapted")
+    if not adapted:
+        return None
+    inv_mass = adapted["inverse_mass"]
+    if len(inv_mass) <= 4:
+        metric = ", ".join(f"{v:.3g}" for v in inv_mass)
+    else:
+        metric = f"{min(inv_mass):.3g} to {max(inv_mass):.3g} over {len(inv_mass)} coordinates"
+    stopped = "" if adapted.get("finished", True) else " (stopped inside the warm-up)"
+    return (
+        f"Warm-up ({adapted['warmup']} steps, aiming at acceptance {adapted['target_accept']:g})"
+        f"{stopped}: step {adapted['step_size']:.3g}, inverse metric ({adapted['metric']}) "
+        f"{metric}; both fixed after it."
+    )
+
+
 def diagnostics_text(table: dict) -> str:
     """``diagnostics_table`` as ``python -m jobs show ID --diagnostics`` prints it: the
     Playground's numbers above its table, then the table."""
