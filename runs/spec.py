@@ -387,6 +387,9 @@ class RunSpec(_Model):
             )
 
     def _warmup_defaults(self) -> None:
+        kernel = samplers.REGISTRY[self.sampler.name]
+        if not any(p.name == "step_size" and p.auto for p in kernel.params):
+            return  # reprior-lmc's warmup is its own (a step adapted per chain)
         try:  # step_size auto: the warm-up is the burn-in unless given (samplers.warmup)
             self.sampler.params = run_params(self.sampler.params, self.burn_in, self.steps)
         except ParamError as exc:

@@ -325,6 +325,17 @@ def _text(path: Path) -> str | None:
         return None
 
 
+@pytest.mark.parametrize("page", ["README.md", "docs/methods/README.md"])
+def test_the_sampler_tables_list_every_sampler(page):
+    """The README's and the methods index's tables have a row for every registered sampler and
+    none for a sampler that does not exist."""
+    import samplers
+
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \|", (ROOT / page).read_text(), flags=re.M)
+    assert set(samplers.REGISTRY) <= set(rows), sorted(set(samplers.REGISTRY) - set(rows))
+    assert set(rows) <= set(samplers.REGISTRY), sorted(set(rows) - set(samplers.REGISTRY))
+
+
 def test_nothing_refers_to_the_papers_folder():
     """The folder of papers beside the repository is not part of a clone (issue 57)."""
     found = []
