@@ -10,6 +10,8 @@
     python -m jobs export ID --format tati --out DIR [--every-nth N]  # TATi's 3 CSV tables
     python -m jobs check                         # what is damaged in the store (exit 1 if any)
     python -m jobs cache [--clear] [--json]      # compiled chunks kept on disk (samplers.cache)
+    python -m jobs evidence --target donut [--param live=400] [--json]
+                                                 # nested sampling: log Z against the exact one
     python -m jobs sweep order --target harmonic --samplers gla1,gla2 --step-sizes 0.25,0.125 \\
         --observable virial --json                   # TATi's integrator-order study, slopes
     python -m jobs sweep reprior --widths 8,32,128   # repriorised vs standard ESS by width
@@ -38,7 +40,7 @@ import os
 import sys
 import threading
 
-from cli import analyses, cache, sweeps
+from cli import analyses, cache, evidence, sweeps
 from cli import runs as run_commands
 from runs.spec import SpecError
 from runs.store import Store, StoreError
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyses.add_parsers(sub)
     run_commands.add_worker_parser(sub)
     cache.add_parser(sub)
+    evidence.add_parser(sub)
     return parser
 
 
