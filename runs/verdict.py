@@ -4,10 +4,11 @@
 finding with its value, what it likely means and the change to try, and a status, the worst of
 theirs: ``{"status": "good" | "warn" | "fail", "signals": [...]}`` (``verdict_of``). ``judge``
 reads what a sampling run measured about itself (R-hat, bulk ESS, acceptance, chains that never
-moved, diverged chains, KS against the exact sampler where one exists, draws running off the
-target's plotted range, the kernel's known biases and the LLC's health warnings); ``judge_fit``
-what a vi run's fit did (a divergence, its objective against the exact bound, its curve). The
-run loop stores it in the summary (``run --json``, ``show --json``); the pages colour it.
+moved, diverged chains, NUTS's divergent transitions, KS against the exact sampler where one
+exists, draws running off the target's plotted range, the kernel's known biases and the LLC's
+health warnings); ``judge_fit`` what a vi run's fit did (a divergence, its objective against
+the exact bound, its curve). The run loop stores it in the summary (``run --json``,
+``show --json``); the pages colour it.
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ def judge(
     return verdict_of(
         [
             _diverged(run),
+            _divergent(run),
             _settled(run) if run.auto else _acceptance(run),
             *_watched(run),
             _unadjusted(run),
@@ -203,6 +205,30 @@ def _diverged(run: Evidence) -> Signal | None:
         else f"{diverged} of {chains} chains diverged (NaN/Inf) and were left out: "
         "the region they reached is missing from the draws",
         run.smaller + friction,
+    )
+
+
+def _divergent(run: Evidence) -> Signal | None:
+    """NUTS's divergent transitions after the burn-in (its scalar ``divergent``, Stan's
+    divergent__): the summary's mean over the finite chains' records after the burn-in, times
+    their number. (HMC's MH test rejects the same energy error: its acceptance shows it.)"""
+    mean = (run.summary.get("scalars") or {}).get("divergent")
+    if not mean:
+        return None
+    spec, thin = run.spec, run.spec.get("thin") or 1
+    records = math.ceil(run.summary["steps"] / thin) - math.ceil((spec.get("burn_in") or 0) / thin)
+    count = round(mean * max(records, 1) * (spec["chains"] - run.diverged))
+    reparametrise = "a reparametrisation (the funnel's neck)"
+    return Signal(
+        "divergent",
+        "fail",
+        count,
+        f"{count} divergent transitions after the burn-in ({mean:.2%} of the steps): a "
+        "leapfrog step's energy error H - H0 exceeded 1000, so those trees stopped short of "
+        "a region the step cannot resolve, and the draws under-represent it",
+        f"{run.smaller}, or {reparametrise}"
+        if run.auto
+        else f"step_size auto (or a higher target_accept), a smaller step, or {reparametrise}",
     )
 
 

@@ -124,10 +124,14 @@ def leapfrog(target, w, p, grad, eps):
     return w, p, grad, u
 
 
+def no_u_turn(rho, p_minus, p_plus):
+    return bool(rho @ p_minus > 0) and bool(rho @ p_plus > 0)
+
+
 def reference_tree(target, w0, p0, directions, eps, max_depth):
-    """One chain's NUTS tree built by Stan's recursion (base_nuts.hpp, with the plain
-    generalised criterion): its points in time order, accept_stat, and whether a step
-    diverged. ``directions``: [D] uniforms, forward when < 1/2."""
+    """One chain's NUTS tree built by Stan's recursion (base_nuts.hpp, with its checks across
+    each merge): its points in time order, accept_stat, and whether a step diverged.
+    ``directions``: [D] uniforms, forward when < 1/2."""
     u0, g0 = target.loss_and_grad(w0[None])
     h0 = (u0 + 0.5 * (p0 * p0).sum()).item()
     stat = {"metro": 0.0, "steps": 0, "diverged": False}
@@ -143,29 +147,34 @@ def reference_tree(target, w0, p0, directions, eps, max_depth):
             stat["steps"] += 1
             stat["diverged"] |= h - h0 > MAX_DELTA_H
             return h - h0 <= MAX_DELTA_H, (w, p, grad), p[0], p[0], p[0], [w[0]]
-        ok, mid, rho1, first, _, points = build(z, depth - 1, eps)
+        ok, mid, rho1, first, a_last, points = build(z, depth - 1, eps)
         if not ok:
             return False, None, None, None, None, None
-        ok, end, rho2, _, last, more = build(mid, depth - 1, eps)
+        ok, end, rho2, b_first, last, more = build(mid, depth - 1, eps)
         if not ok:
             return False, None, None, None, None, None
         rho = rho1 + rho2
-        return (rho @ first > 0) and (rho @ last > 0), end, rho, first, last, points + more
+        valid = no_u_turn(rho, first, last) and no_u_turn(rho1 + b_first, first, b_first)
+        valid = valid and no_u_turn(a_last + rho2, a_last, last)
+        return valid, end, rho, first, last, points + more
 
     left = right = (w0[None], p0[None], g0)
     rho, before, after = p0, [], []
     for j in range(max_depth):
         forward = directions[j] < 0.5
         sign = eps if forward else -eps
-        ok, end, sub_rho, _, _, points = build(right if forward else left, j, sign)
+        start = right if forward else left
+        ok, end, sub_rho, first, last, points = build(start, j, sign)
         if not ok:
             break
+        far, near = (left if forward else right)[1][0], start[1][0]
+        across = no_u_turn(rho + first, far, first) and no_u_turn(near + sub_rho, near, last)
         if forward:
             right, after = end, after + points
         else:
             left, before = end, before + points
         rho = rho + sub_rho
-        if not (rho @ left[1][0] > 0 and rho @ right[1][0] > 0):
+        if not (no_u_turn(rho, left[1][0], right[1][0]) and across):
             break
     path = torch.stack([*before[::-1], w0, *after])
     return path, stat["metro"] / max(1, stat["steps"]), stat["diverged"]
