@@ -42,14 +42,16 @@ def density_figure(
     floor: float = 20.0,
     title: str | None = None,
     height: int | None = None,
+    divergent=None,
 ) -> go.Figure:
     """Contours of the target with chains and draws on top.
 
     ``log_density`` [ny, nx]: -U on the grid (any additive constant). Contours show -U relative
     to its maximum (``log_scale``, clipped at -``floor``) or the relative density exp(-U).
     ``paths`` [chains, k, 2]: each chain's last k positions, drawn as a line ending in a marker.
-    ``cloud`` [n, 2]: draws as small orange markers. (Each proposal, accepted or rejected, is
-    the animated view's: ``charts.animation``.)
+    ``cloud`` [n, 2]: draws as small orange markers. ``divergent`` [m, 2]: the draws whose
+    step hit a divergent transition (NUTS), as red crosses. (Each proposal, accepted or
+    rejected, is the animated view's: ``charts.animation``.)
     """
     z = relative_log_density(log_density, floor)
     view = ((xs[0], xs[-1]), (ys[0], ys[-1]))
@@ -69,6 +71,17 @@ def density_figure(
         )
     )
     _draws_and_paths(fig, cloud, paths)
+    if divergent is not None and len(divergent):
+        divergent = np.asarray(divergent, dtype=float)
+        fig.add_trace(
+            go.Scatter(
+                x=divergent[:, 0],
+                y=divergent[:, 1],
+                mode="markers",
+                marker={"size": 8, "color": "rgb(214, 39, 40)", "symbol": "x"},
+                name="divergent transitions",
+            )
+        )
     fig.update_layout(
         title=title,
         height=height,

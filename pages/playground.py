@@ -217,6 +217,7 @@ def run_figures(record, ctx: dict, sample, shown: int, trail: int, log_scale: bo
             log_scale=log_scale,
             title=f"{record.spec['target']['name']}: chains' last {trail} steps and the draws",
             height=640,
+            divergent=diagnostics.divergent_draws(data, ctx["burn"]),
         ),
         key=f"pg.density.{run_id}",
     )

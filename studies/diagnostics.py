@@ -25,7 +25,8 @@ from runs.verdict import EXACT_DRAWS, EXACT_SEED, targets_exact
 from samplers import diagnostics
 
 POTENTIALS = [name for name, spec in landscapes.REGISTRY.items() if spec.kind == "potential"]
-NAMES = ["step", "position", "loss", "accepted", "diverged"]  # the records a run's views read
+# the records a run's views read (``divergent``: NUTS's, where it has them)
+NAMES = ["step", "position", "loss", "accepted", "diverged", "divergent"]
 GRID = 161  # grid points per axis of the density contours
 # Draws behind histograms, tails and KS: an even subsample beyond this (the statistics' Monte
 # Carlo error at 10^5 draws is below what the figures show; a 4096-chain run has 10^7).
@@ -261,6 +262,17 @@ def diagnostics_table(store: Store, run_id: str, tails: list | None = None) -> d
         record, target, exact, sample, default_tails(target) if tails is None else tails, tail
     )
     return {"metrics": metrics(record, data, every, total), "rows": rows}
+
+
+def divergent_draws(data: dict, burn: int, most: int = 2000) -> np.ndarray | None:
+    """[m, d] the draws after ``burn`` records whose step had a divergent transition (NUTS's
+    ``divergent`` records; None where the run has none), at most ``most`` of them."""
+    flags = data.get("divergent")
+    if flags is None or "position" not in data:
+        return None
+    hit = np.nan_to_num(flags[burn:]) > 0.5
+    draws = data["position"][burn:][hit]
+    return draws[:: max(1, len(draws) // most)]
 
 
 def adapted_line(summary: dict | None) -> str | None:

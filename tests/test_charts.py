@@ -260,3 +260,20 @@ def test_metric_numbers_are_short(value, digits, shown):
     from charts.table import number
 
     assert number(value, digits) == shown
+
+
+def test_divergent_transitions_are_red_crosses_at_the_draws_that_had_them():
+    """NUTS's ``divergent`` records after the burn-in pick the draws drawn as red crosses."""
+    from studies.diagnostics import divergent_draws
+
+    position = np.arange(5 * 3 * 2, dtype=float).reshape(5, 3, 2)  # [T, C, d]
+    flags = np.zeros((5, 3))
+    flags[0, 1] = flags[3, 2] = flags[4, 0] = 1.0  # the first is in the burn-in
+    flags[2, 2] = np.nan  # a frozen chain's record
+    draws = divergent_draws({"position": position, "divergent": flags}, burn=1)
+    np.testing.assert_array_equal(draws, [position[3, 2], position[4, 0]])
+    assert divergent_draws({"position": position}, burn=1) is None
+    xs = ys = np.linspace(-1.0, 1.0, 5)
+    fig = charts.density_figure(xs, ys, np.zeros((5, 5)), divergent=draws)
+    (trace,) = [t for t in fig.data if t.name == "divergent transitions"]
+    assert list(trace.x) == list(draws[:, 0]) and trace.marker.symbol == "x"
