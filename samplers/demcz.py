@@ -167,13 +167,13 @@ class DEMCZ(MHKernel):
             ),
         ],
         equation=aligned(
-            r"x' = x_i + \gamma\,(z_{r_1} - z_{r_2}) + e,\quad e \sim N(0, b^2 I),\quad"
-            r" \gamma = s\,\tfrac{2.38}{\sqrt{2d}} \ (\gamma = 1 \text{ w.p. } p_{\mathrm{jump}})",
+            r"x' = x_i + \gamma\,(z_{r_1} - z_{r_2}) + e,\quad e \sim N(0, b^2 I)",
+            r"\gamma = s\,\tfrac{2.38}{\sqrt{2d}} \ (\gamma = 1 \text{ w.p. } p_{\mathrm{jump}})",
             r"\text{snooker (w.p. } p_s\text{)}: x' = x_i + \gamma_s\,"
-            r"\big((z_{r_1} - z_{r_2})^\top u\big)\,u,\quad u = \tfrac{x_i - z}{\lVert x_i - z"
-            r" \rVert},\quad \gamma_s \sim U(1.2, 2.2)",
-            r"x_i \leftarrow x' \text{ with probability } \min\big(1,\ e^{\,U(x_i) - U(x')}\,J"
-            r"\big),\quad J = \big(\lVert x' - z \rVert / \lVert x_i - z \rVert\big)^{d-1}"
+            r"\big((z_{r_1} - z_{r_2})^\top u\big)\,u,",
+            r"\quad u = \tfrac{x_i - z}{\lVert x_i - z \rVert},\ \gamma_s \sim U(1.2, 2.2)",
+            r"x_i \leftarrow x' \text{ w.p. } \min\big(1,\ e^{\,U(x_i) - U(x')}\,J\big)",
+            r"J = \big(\lVert x' - z \rVert / \lVert x_i - z \rVert\big)^{d-1}"
             r" \text{ (snooker), else } 1",
             r"Z \leftarrow Z \cup \{x_1, \dots, x_C\} \text{ every } K \text{ steps}",
         ),

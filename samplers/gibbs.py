@@ -44,8 +44,8 @@ class Gibbs(SliceKernel):
             r"\text{for } i = 1, \dots, d:\ w_i \sim p(w_i \mid w_{-i}) \propto e^{-U(w)}",
             r"\text{Gaussian } U = \tfrac{1}{2} w^\top Q w - b^\top w:\ w_i \sim"
             r" \mathcal{N}\big(w_i - (Q w - b)_i / Q_{ii},\ 1 / Q_{ii}\big)",
-            r"\text{otherwise: one slice step along the axis } e_i"
-            r" \text{ (stepping out, shrinkage)}",
+            r"\text{otherwise: one slice step along the axis } e_i",
+            r"\quad \text{(stepping out, shrinkage)}",
         ),
         text="Gibbs sampling (Geman & Geman 1984): one step sweeps the coordinates in order and "
         "draws each from its distribution given all the others, so the chain moves along the "

@@ -50,14 +50,14 @@ class HMC(Adaptive, MHKernel):
             ),
         ],
         equation=aligned(
-            r"p_0 \sim \mathcal{N}(0, M),\quad (w, p) \leftarrow (w_t, p_0)\quad (M = I"
-            r" \text{ unless step\_size auto})",
+            r"p_0 \sim \mathcal{N}(0, M),\quad (w, p) \leftarrow (w_t, p_0)",
             r"K \text{ times: } p \leftarrow p - \tfrac{\varepsilon}{2}\nabla U(w),"
             r"\ w \leftarrow w + \varepsilon\,M^{-1} p,",
             r"\qquad\qquad p \leftarrow p - \tfrac{\varepsilon}{2}\nabla U(w)",
             r"w_{t+1} = w \text{ with probability } A, \text{ else } w_t",
             r"A = \min\big(1,\ e^{\,H(w_t, p_0) - H(w, p)}\big)",
             r"H(w, p) = U(w) + \tfrac{1}{2}\,p^\top M^{-1} p",
+            r"M = I \text{ unless step\_size auto}",
         ),
         text="Hamiltonian Monte Carlo (Duane et al. 1987; Neal 2011) as in the TATi paper (Heber, "
         "Trstanova & Leimkuhler 2020, eq. 15): a fresh momentum, K = leapfrog_steps "

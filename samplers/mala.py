@@ -31,8 +31,8 @@ class MALA(Adaptive, MHKernel):
             r"\big)",
             r"\log q(b \mid a) = -\lVert b - a + \tfrac{\varepsilon}{2}\nabla U(a) \rVert^2"
             r" / (2\varepsilon)",
-            r"\text{step\_size auto: } \varepsilon \to \varepsilon M^{-1} \text{ per coordinate},"
-            r"\ M^{-1} \text{ and } \varepsilon \text{ set in the burn-in}",
+            r"\text{step\_size auto: } \varepsilon \to \varepsilon M^{-1} \text{ per coordinate},",
+            r"\quad M^{-1} \text{ and } \varepsilon \text{ set in the burn-in}",
         ),
         text="The Metropolis-adjusted Langevin algorithm (Roberts & Tweedie 1996), one of the "
         "optional checks beside the local posterior sampling benchmark of Hitchcock & Hoogland "

@@ -137,15 +137,15 @@ class _Microcanonical(MHKernel):
 
 
 ISOKINETIC = (
-    r"B(\tau):\ e = -\nabla U / \lVert \nabla U \rVert,\ \delta = \tau \lVert \nabla U \rVert"
-    r" / (d - 1),\ \zeta = e^{-\delta}",
+    r"B(\tau):\ e = -\nabla U / \lVert \nabla U \rVert,\ \zeta = e^{-\delta},",
+    r"\qquad \delta = \tau \lVert \nabla U \rVert / (d - 1),\ \mathrm{n}[v] = v / \lVert v \rVert",
     r"\qquad u \leftarrow \mathrm{n}\big[e\,(1 - \zeta)(1 + \zeta + u \cdot e\,(1 - \zeta))"
-    r" + 2\zeta\,u\big],\ \mathrm{n}[v] = v / \lVert v \rVert",
-    r"\qquad \Delta K \mathrel{+}= (d - 1)\big(\delta - \ln 2 + \ln((1 + u \cdot e)"
-    r"(1 - \zeta^2) + 2\zeta^2)\big)",
-    r"A(\tau):\ w \leftarrow w + \tau\,u;\quad \Phi_\varepsilon = B(b_1\varepsilon)"
-    r"\,A(\tfrac{\varepsilon}{2})\,B(b_2\varepsilon)\,A(\tfrac{\varepsilon}{2})"
-    r"\,B(b_1\varepsilon),\ b_1 = 0.19318",
+    r" + 2\zeta\,u\big]",
+    r"\qquad \Delta K \mathrel{+}= (d - 1)\big(\delta - \ln 2",
+    r"\qquad\qquad + \ln((1 + u \cdot e)(1 - \zeta^2) + 2\zeta^2)\big)",
+    r"A(\tau):\ w \leftarrow w + \tau\,u,\quad b_1 = 0.19318,\ b_2 = 1 - 2 b_1",
+    r"\Phi_\varepsilon = B(b_1\varepsilon)\,A(\tfrac{\varepsilon}{2})\,B(b_2\varepsilon)"
+    r"\,A(\tfrac{\varepsilon}{2})\,B(b_1\varepsilon)",
 )
 
 
@@ -187,12 +187,13 @@ class MCLMC(_Microcanonical):
             ),
         ],
         equation=aligned(
-            r"u \leftarrow R(\tfrac{\varepsilon}{2})\,u,\quad (w, u) \leftarrow"
-            r" \Phi_\varepsilon(w, u),\quad u \leftarrow R(\tfrac{\varepsilon}{2})\,u",
+            r"u \leftarrow R(\tfrac{\varepsilon}{2})\,u,\ (w, u) \leftarrow"
+            r" \Phi_\varepsilon(w, u),\ u \leftarrow R(\tfrac{\varepsilon}{2})\,u",
             *ISOKINETIC,
             r"R(t)\,u = \mathrm{n}[u + \nu z],\ z \sim \mathcal{N}(0, I),"
             r"\ \nu = \sqrt{(e^{2t/L} - 1)/d}",
-            r"\Delta E = \Delta K + U(w_{t+1}) - U(w_t)\ \text{(every step is taken)}",
+            r"\Delta E = \Delta K + U(w_{t+1}) - U(w_t)",
+            r"\text{(every step is taken)}",
         ),
         text="Microcanonical Langevin Monte Carlo (Robnik & Seljak 2024), as BlackJAX 1.7.1 runs "
         "it: the position moves with a velocity of fixed length 1 along the isokinetic (ESH) "
@@ -288,12 +289,12 @@ class MCHMC(_Microcanonical):
             ),
         ],
         equation=aligned(
-            r"u_0 = z / \lVert z \rVert,\ z \sim \mathcal{N}(0, I),\quad (w, u) \leftarrow"
-            r" \Phi_\varepsilon^{\,n}(w_t, u_0)",
+            r"u_0 = z / \lVert z \rVert,\ z \sim \mathcal{N}(0, I)",
+            r"(w, u) \leftarrow \Phi_\varepsilon^{\,n}(w_t, u_0)",
             *ISOKINETIC,
             r"W = U(w) - U(w_t) + \Delta K",
-            r"w_{t+1} = w \text{ with probability } \min(1, e^{-W}),\ \text{else } w_t"
-            r"\ \text{(metropolis off: always } w)",
+            r"w_{t+1} = w \text{ with probability } \min(1, e^{-W}),\ \text{else } w_t",
+            r"\text{(metropolis off: always } w)",
         ),
         text="Microcanonical Hamiltonian Monte Carlo (Robnik, De Luca, Silverstein & Seljak "
         "2023): the position moves with a velocity of fixed length 1 along the isokinetic (ESH) "

@@ -87,20 +87,18 @@ class NUTS(Adaptive, MHKernel):
             ),
         ],
         equation=aligned(
-            r"p_0 \sim \mathcal{N}(0, M),\quad H = U(w) + \tfrac{1}{2} p^\top M^{-1} p,"
-            r"\quad \text{tree } \mathcal{T} = \{(w_t, p_0)\}\quad (M = I"
-            r" \text{ unless step\_size auto})",
-            r"\text{doubling } j:\ v_j = \pm 1,\ 2^j \text{ leapfrog steps of } v_j\,\varepsilon"
-            r" \text{ from } \mathcal{T}\text{'s end on side } v_j",
-            r"\text{U-turn}(S):\ \rho_S \cdot M^{-1} p^-_S \le 0 \text{ or } \rho_S \cdot"
-            r" M^{-1} p^+_S \le 0,\ \rho_S = \textstyle\sum_{z \in S} p",
-            r"\text{merge } A, B \text{: stop if U-turn}(A \cup B),\ (A \cup \{b_1\}) \text{ or }"
-            r"(\{a_{\mathrm{last}}\} \cup B),\ \text{or } H - H_0 > 1000 \text{ (divergent)}",
-            r"\text{sample } z \in \mathcal{T} \text{ with probability } \propto e^{-H(z)}"
-            r"\ \text{(progressively)}",
+            r"p_0 \sim \mathcal{N}(0, M),\quad H = U(w) + \tfrac{1}{2} p^\top M^{-1} p",
+            r"\mathcal{T} = \{(w_t, p_0)\},\quad M = I \text{ unless step\_size auto}",
+            r"\text{doubling } j:\ v_j = \pm 1,\ 2^j \text{ leapfrog steps of } v_j\,\varepsilon",
+            r"\text{U-turn}(S):\ \min_\pm \rho_S \cdot M^{-1} p^\pm_S \le 0,"
+            r"\ \rho_S = \textstyle\sum_{z \in S} p",
+            r"\text{merge } A, B:\ \text{stop on U-turn}(A \cup B),",
+            r"\quad \text{U-turn}(A \cup \{b_1\}),\ \text{U-turn}(\{a_{\mathrm{last}}\} \cup B)",
+            r"\text{or } H - H_0 > 1000 \text{ (divergent)}",
+            r"z \in \mathcal{T} \text{ drawn} \propto e^{-H(z)} \text{ (progressively)}",
         ),
         text="The No-U-Turn Sampler (Hoffman & Gelman 2014) in its multinomial form (Betancourt "
-        "2017), as Stan runs it with a unit mass matrix: HMC without a trajectory length. "
+        "2017), as Stan runs it: HMC without a trajectory length. "
         "Each chain doubles its trajectory forwards or backwards in time (a coin flip a "
         "doubling) until the trajectory starts to turn back on itself, or until 2^max_depth "
         "points. The U-turn is judged by the generalised criterion at every merge of two "

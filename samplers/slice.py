@@ -228,12 +228,12 @@ class Slice(SliceKernel):
         equation=aligned(
             r"e = \eta / \lVert \eta \rVert,\quad \log y = -U(w_t) + \log u,"
             r"\quad S = \{ s : -U(w_t + s\,e) \ge \log y \}",
-            r"L = -w\,v_1,\ R = L + w;\ \text{while } L \in S\ (\text{at most } J = \lfloor m v_2"
-            r" \rfloor \text{ times}):\ L \leftarrow L - w",
+            r"L = -w\,v_1,\ R = L + w,\ J = \lfloor m v_2 \rfloor",
+            r"\text{while } L \in S\ (\text{at most } J \text{ times}):\ L \leftarrow L - w",
             r"\text{while } R \in S\ (\text{at most } m - 1 - J \text{ times}):"
             r"\ R \leftarrow R + w",
-            r"s \sim \mathcal{U}(L, R):\ s \in S \Rightarrow w_{t+1} = w_t + s\,e;"
-            r"\ \text{else } L \leftarrow s\ (s < 0),\ R \leftarrow s\ (s \ge 0),\ \text{again}",
+            r"s \sim \mathcal{U}(L, R):\ s \in S \Rightarrow w_{t+1} = w_t + s\,e;",
+            r"\text{else } L \leftarrow s\ (s < 0),\ R \leftarrow s\ (s \ge 0),\ \text{again}",
         ),
         text="Slice sampling (Neal 2003) along a random line: each step draws a level under the "
         "density at the current point and a direction uniformly at random, places an interval "
@@ -349,15 +349,14 @@ class EllipticalSlice(Kernel):
             LOC,
         ],
         equation=aligned(
-            r"e^{-U(w)} \propto \mathcal{N}(w;\, m, \Sigma)\, e^{-\Phi(w)},\quad"
+            r"e^{-U(w)} \propto \mathcal{N}(w;\, m, \Sigma)\, e^{-\Phi(w)}",
             r"\Sigma^{-1} = \mathrm{diag}(\sigma^{-2}) + \gamma I,\ m = \gamma\,\Sigma\, w_0",
-            r"\nu \sim \mathcal{N}(0, \Sigma),\quad \log y = -\Phi(w_t) + \log u,"
-            r"\quad \theta \sim \mathcal{U}(0, 2\pi),\ [\theta_-, \theta_+] = [\theta - 2\pi,"
-            r" \theta]",
-            r"w' = m + (w_t - m)\cos\theta + \nu \sin\theta:\ -\Phi(w') \ge \log y"
-            r" \Rightarrow w_{t+1} = w'",
-            r"\text{else } \theta_- \leftarrow \theta\ (\theta < 0),\ \theta_+ \leftarrow \theta"
-            r"\ (\theta \ge 0),\ \theta \sim \mathcal{U}(\theta_-, \theta_+),\ \text{again}",
+            r"\nu \sim \mathcal{N}(0, \Sigma),\quad \log y = -\Phi(w_t) + \log u",
+            r"\theta \sim \mathcal{U}(0, 2\pi),\ [\theta_-, \theta_+] = [\theta - 2\pi, \theta]",
+            r"w' = m + (w_t - m)\cos\theta + \nu \sin\theta",
+            r"-\Phi(w') \ge \log y \Rightarrow w_{t+1} = w'",
+            r"\text{else } \theta_\mp \leftarrow \theta\ (\theta \lessgtr 0),"
+            r"\ \theta \sim \mathcal{U}(\theta_-, \theta_+),\ \text{again}",
         ),
         text="Elliptical slice sampling (Murray, Adams & MacKay 2010) for a posterior with a "
         "Gaussian prior: each step draws a point nu from the Gaussian and searches the ellipse "
