@@ -17,6 +17,9 @@
     python -m bench scale [--repeats 3] [--quick]  # README's DLN sweep: local pool vs 2-node Ray
     python -m bench whole [--pairs 5] [--cases a,b,...] [--cold] [--quick] [--no-record]
                           # issue 58: a whole job's process, Basin vs BlackJAX / devinterp
+    python -m bench warmup [--chains 64] [--warmup 1000] [--draws 1000] [--repeats 3]
+                           [--kernels nuts,hmc] [--alone 8]
+                           # issue 59: step_size auto vs BlackJAX's window_adaptation
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
 chain counts in turn (Basin and peer at the first count, then at the next, ...), ``--repeats``
@@ -823,6 +826,18 @@ def whole_bench(args: argparse.Namespace) -> None:
     )
 
 
+def warmup_bench(args: argparse.Namespace) -> None:
+    from . import warmup
+
+    kernels = tuple(k.strip() for k in args.kernels.split(",") if k.strip())
+    unknown = sorted(set(kernels) - {"nuts", "hmc"})
+    if unknown:
+        raise SystemExit(f"--kernels: unknown {unknown}; choose from nuts, hmc")
+    r = warmup.run(args.chains, args.warmup, args.draws, args.repeats, kernels, args.alone)
+    print(f"`python -m bench {shlex.join(sys.argv[1:])}` (bench/warmup.py, not recorded)")
+    print("\n".join(["", *r["lines"], "", *r["notes"], "", *r["goals"]]))
+
+
 def gpu_bench(args: argparse.Namespace) -> None:
     import torch
 
@@ -951,7 +966,18 @@ def main() -> None:
     whole_p.add_argument("--timeout", type=float, default=1800.0, help="seconds a process")
     whole_p.add_argument("--quick", action="store_true", help="steps / 10, 1 pair, not recorded")
     whole_p.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    warmup_p = sub.add_parser("warmup", help="step_size auto vs BlackJAX's window_adaptation")
+    warmup_p.add_argument("--chains", type=int, default=64)
+    warmup_p.add_argument("--warmup", type=int, default=1000, help="adapting steps")
+    warmup_p.add_argument("--draws", type=int, default=1000, help="draws after the warm-up")
+    warmup_p.add_argument("--repeats", type=int, default=3, help="seeds, the same on both sides")
+    warmup_p.add_argument("--kernels", default="nuts,hmc", help="comma-separated: nuts, hmc")
+    warmup_p.add_argument(
+        "--alone", type=int, default=8, help="chains a repeat Basin also adapts one at a time"
+    )
     args = parser.parse_args()
+    if args.command == "warmup":
+        return warmup_bench(args)
     if args.command == "whole":
         return whole_bench(args)
     if args.command == "faults":
