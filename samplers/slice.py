@@ -226,8 +226,8 @@ class Slice(SliceKernel):
         "Neal (2003), Slice sampling, Annals of Statistics 31(3)",
         [WIDTH, STEPS_OUT, SHRINKS, NBETA, LOC],
         equation=aligned(
-            r"e = \eta / \lVert \eta \rVert,\quad \log y = -U(w_t) + \log u,"
-            r"\quad S = \{ s : -U(w_t + s\,e) \ge \log y \}",
+            r"e = \eta / \lVert \eta \rVert,\quad \log y = -U(w_t) + \log u",
+            r"S = \{ s : -U(w_t + s\,e) \ge \log y \}",
             r"L = -w\,v_1,\ R = L + w,\ J = \lfloor m v_2 \rfloor",
             r"\text{while } L \in S\ (\text{at most } J \text{ times}):\ L \leftarrow L - w",
             r"\text{while } R \in S\ (\text{at most } m - 1 - J \text{ times}):"
