@@ -87,8 +87,8 @@ def test_a_run_imports_no_heavy_library_before_its_summary(tmp_path):
     assert seen == {"help": [], "spec": [], "sampled": []}
 
 
-# The entry pauses the cyclic collector only while it imports the commands, and
-# freezes what they made, in its own process: importing ``jobs.__main__`` (as the console script's wrapper
+# The entry pauses the cyclic collector only while it imports the commands, and freezes what
+# they made, in its own process: importing ``jobs.__main__`` (as the console script's wrapper
 # does before it calls ``main``) leaves the collector as it was.
 ENTRY = """
 import gc, json, sys
@@ -109,7 +109,12 @@ print(json.dumps({"before": before, "after_import": after_import, **seen}))
 def test_the_entry_pauses_the_collector_only_while_it_imports(tmp_path):
     env = {**os.environ, "BASIN_HOME": str(tmp_path / "store")}
     out = subprocess.run(
-        [sys.executable, "-c", ENTRY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", ENTRY],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
