@@ -26,6 +26,7 @@ the chains' mean acceptance crosses 0.8.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -119,6 +120,7 @@ def run_params(params: dict, burn_in: int, steps: int) -> dict:
     return params
 
 
+@functools.cache  # read at every step of the warm-up
 def windows(warmup: int) -> tuple[int, int, tuple[int, ...]]:
     """(first, stop, ends): the steps t (0-based) with first <= t < stop feed the variance, and
     a window closes after each step in ``ends`` (Stan's windowed_adaptation)."""
