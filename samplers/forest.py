@@ -9,6 +9,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from .metric import factor, momentum, sharp
 from .state import Info
 
 MAX_DELTA_H = 1000.0  # a leapfrog step whose energy error H - H0 exceeds this diverged (Stan's)
@@ -16,16 +17,6 @@ MAX_DELTA_H = 1000.0  # a leapfrog step whose energy error H - H0 exceeds this d
 # settle costs as many tensor ops as a few leaves, and a chain waits a leaf or two for it
 SETTLE_WAITING = 0.3
 SPARSE_LEVELS = 8192  # above this many span checkpoint entries (levels x chains x d), sparse
-
-
-def kinetic(p: Tensor, inv_mass: Tensor | None) -> Tensor:
-    """p M^-1 p / 2 ([C]) for the diagonal inverse metric ``inv_mass`` (None: the identity)."""
-    return 0.5 * (p * p).sum(-1) if inv_mass is None else 0.5 * (inv_mass * p * p).sum(-1)
-
-
-def sharp(p: Tensor, inv_mass: Tensor | None) -> Tensor:
-    """M^-1 p: the velocity the U-turn criterion reads (Stan's p_sharp)."""
-    return p if inv_mass is None else inv_mass * p
 
 
 def u_turn(rho: Tensor, p_minus: Tensor, p_plus: Tensor) -> Tensor:
@@ -100,7 +91,7 @@ class Forest:
         auto = getattr(kernel, "auto", False)
         self.step_size = state.log_step.exp() if auto else torch.full_like(u, kernel.step_size)
         self.inv_mass = state.inv_mass if auto else None
-        self.scale = None if self.inv_mass is None else self.inv_mass.rsqrt()  # p0 = xi M^1/2
+        self.scale = factor(self.inv_mass)  # p0 = momentum(xi, scale) ~ N(0, M)
         self.back = -self.step_size
         self.zero, self.half_h = torch.zeros_like(u), u.new_tensor(0.5)
         self.floor = u.new_tensor(-MAX_DELTA_H)
@@ -308,9 +299,7 @@ class Forest:
         growing ends (w | p | g); returns them with the new trees'."""
         d, sample, per_step = self.dim, self.sample, self.per_step
         self.row = self.row + mask * per_step[0]
-        p0 = self.xi.index_select(0, self.row)
-        if self.scale is not None:
-            p0 = p0 * self.scale
+        p0 = momentum(self.xi.index_select(0, self.row), self.scale)
         h0 = sample[:, 2 * d] + self.half_h * torch.linalg.vecdot(p0, sharp(p0, self.inv_mass))
         self.h0 = torch.where(mask, h0, self.h0)
         self.alive = torch.isfinite(self.h0) & ~self.diverged  # else the tree stays a point

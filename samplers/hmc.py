@@ -8,6 +8,7 @@ from torch import Tensor
 
 from .base import Draw, Energy
 from .integrators import MHKernel
+from .metric import factor, kinetic, momentum, sharp
 from .spec import LOC, NBETA, P003, Param, aligned, kernel_spec
 from .warmup import Adaptive, adapting_params
 
@@ -20,7 +21,7 @@ class HMC(Adaptive, MHKernel):
     L arccos(1 - (eps omega)^2 / 2)) is near a multiple of pi: the trajectory ends near its start
     or its mirror image, so that mode barely mixes and a far start stays far. ``jitter=False`` is
     the fixed-length textbook HMC. With ``step_size: auto`` the burn-in adapts the step and a
-    diagonal mass matrix M (samplers.warmup): p ~ N(0, M), w moves by eps M^-1 p and the
+    diagonal (or dense) mass matrix M (samplers.warmup): p ~ N(0, M), w moves by eps M^-1 p and the
     kinetic energy is p M^-1 p / 2."""
 
     SPEC = kernel_spec(
@@ -68,8 +69,9 @@ class HMC(Adaptive, MHKernel):
         "multiple of pi, so the trajectory ends near its start or its mirror image and that "
         "mode barely mixes (a far start stays far). Set jitter off for the fixed-length "
         "textbook HMC with K = leapfrog_steps every time. With step_size auto the burn-in "
-        "tunes the step toward an acceptance of 0.8 and a diagonal mass matrix to the "
-        "target's scales (Stan's warm-up, pooled over the chains); both stay fixed after it.",
+        "tunes the step toward an acceptance of 0.8 and a diagonal (or, metric dense, a full) "
+        "mass matrix to the target's scales (Stan's warm-up, pooled over the chains); both "
+        "stay fixed after it.",
         acceptance=(0.4, 1.0),  # optimum 0.65-0.8 (Beskos et al. 2013)
     )
 
@@ -87,11 +89,11 @@ class HMC(Adaptive, MHKernel):
         (eps, inv_mass), n = self.stepping(state), self.leapfrog_steps
         w, grad, e = state.position, state.grad, None
         path = [w]
-        p0 = p = noise["xi"] if inv_mass is None else noise["xi"] * inv_mass.rsqrt()
+        p0 = p = momentum(noise["xi"], factor(inv_mass))
         count = (noise["count"] * n).floor() + 1 if self.jitter else None
         for i in range(n):
             p_half = p - 0.5 * eps * grad
-            w_new = w + eps * (p_half if inv_mass is None else inv_mass * p_half)
+            w_new = w + eps * sharp(p_half, inv_mass)
             e_new = self.energy(w_new, state, target, None)
             p_new = p_half - 0.5 * eps * e_new.grad
             if count is not None and i > 0:  # finished trajectories keep their end point
@@ -107,16 +109,11 @@ class HMC(Adaptive, MHKernel):
             path.append(w)
         if trace is not None:  # a jittered trajectory's points past its end repeat the end
             trace["proposal"], trace["path"] = w, torch.stack(path, 1)
-        log_ratio = (state.U + _kinetic(p0, inv_mass)) - (e.value + _kinetic(p, inv_mass))
+        log_ratio = (state.U + kinetic(p0, inv_mass)) - (e.value + kinetic(p, inv_mass))
         new, loss, accepted = self.settle(state, w, e, log_ratio, noise["u"])
         if self.auto:
             new = self.adapted(state, new, log_ratio.clamp(max=0.0).exp())
         return new, loss, accepted
-
-
-def _kinetic(p: Tensor, inv_mass: Tensor | None) -> Tensor:
-    """p M^-1 p / 2 ([C]) for the diagonal inverse metric ``inv_mass`` (None: the identity)."""
-    return 0.5 * (p * p).sum(-1) if inv_mass is None else 0.5 * (inv_mass * p * p).sum(-1)
 
 
 def _pick(mask: Tensor, new: Tensor | None, old: Tensor | None) -> Tensor | None:

@@ -20,7 +20,7 @@ class MALA(Adaptive, MHKernel):
         "Roberts & Tweedie (1996); an optional check beside the local-sampling benchmark",
         (
             # Roberts & Rosenthal (1998): 0.574 is the optimal acceptance in high dimension
-            *adapting_params(1e-3, 0.574, "Roberts & Rosenthal 1998"),
+            *adapting_params(1e-3, 0.574, "Roberts & Rosenthal 1998", dense=False),
             NBETA,
             LOC,
         ),

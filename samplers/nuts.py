@@ -18,8 +18,9 @@ import torch
 from torch import Tensor
 
 from .base import Draw
-from .forest import MAX_DELTA_H, Forest, kinetic, sharp, u_turn
+from .forest import MAX_DELTA_H, Forest, u_turn
 from .integrators import MHKernel, MHState
+from .metric import factor, kinetic, momentum, sharp
 from .spec import LOC, NBETA, Param, aligned, kernel_spec
 from .warmup import Adaptive, AdaptState, adapting_params
 
@@ -63,7 +64,7 @@ class NUTS(Adaptive, MHKernel):
     (``eager``) lets each chain go on to its next step's tree instead (``Forest``), with the
     same arithmetic, and so the same draws.
 
-    With ``step_size: auto`` the burn-in adapts the step and a diagonal mass matrix M
+    With ``step_size: auto`` the burn-in adapts the step and a diagonal (or dense) mass matrix M
     (samplers.warmup): p0 ~ N(0, M), w moves by eps M^-1 p, the kinetic energy is
     p M^-1 p / 2, and every U-turn check reads rho . M^-1 p (Stan's p_sharp)."""
 
@@ -114,9 +115,10 @@ class NUTS(Adaptive, MHKernel):
         "divergent), which end a tree early, as in a funnel's neck: there the chains miss the "
         "region the step cannot resolve, and a run with divergences after the burn-in fails "
         "its verdict. With step_size auto the burn-in "
-        "tunes the step by dual averaging toward an accept_stat of 0.8 and a diagonal mass "
-        "matrix M to the target's scales, as Stan's warm-up does (pooled over the chains); both "
-        "stay fixed after it, and the U-turn checks then read the velocity M^-1 p.",
+        "tunes the step by dual averaging toward an accept_stat of 0.8 and a diagonal (or, "
+        "metric dense, a full) mass matrix M to the target's scales, as Stan's warm-up does "
+        "(pooled over the chains); both stay fixed after it, and the U-turn checks then read "
+        "the velocity M^-1 p.",
         acceptance=(0.5, 1.0),  # Stan's accept_stat, whose usual target is 0.8
     )
     fractional_acceptance = True  # accepted: the accept_stat, in [0, 1]
@@ -157,7 +159,7 @@ class NUTS(Adaptive, MHKernel):
         eps, inv_mass = self.stepping(state)
         # in the run's dtype (where of floats: f32)
         step = torch.full_like(state.U, eps) if inv_mass is None else eps[:, 0]
-        p0 = noise["xi"] if inv_mass is None else noise["xi"] * inv_mass.rsqrt()
+        p0 = momentum(noise["xi"], factor(inv_mass))
         h0 = state.U + kinetic(p0, inv_mass)
         zero = torch.zeros_like(state.U)
         # the tree: its ends in time (position, momentum, gradient), the sum rho of its momenta,
@@ -240,7 +242,7 @@ class NUTS(Adaptive, MHKernel):
         for k in range(2**depth):
             p_prev = p
             p_half = p - half * grad
-            w = w + sign * (p_half if inv_mass is None else inv_mass * p_half)
+            w = w + sign * sharp(p_half, inv_mass)
             e = self.energy(w, state, target, None)
             grad = e.grad
             p = p_half - half * grad

@@ -58,13 +58,18 @@ def step_auto(default: float) -> Param:
     )
 
 
-METRIC = Param(
-    "metric",
-    "choice",
-    "diag",
-    "with step_size auto: diag adapts a diagonal mass matrix too, unit keeps the identity",
-    choices=("diag", "unit"),
-)
+DENSE_MAX_DIM = 200  # a dense metric keeps d x d numbers per chain, a Cholesky factor a step
+
+
+def metric_param(dense: bool) -> Param:
+    """``metric``: diag (the default), unit, and for HMC and NUTS dense."""
+    helps = "diag adapts a diagonal mass matrix too, unit keeps the identity"
+    if dense:
+        helps += f", dense adapts a full one (d <= {DENSE_MAX_DIM})"
+    choices = ("diag", "unit", "dense") if dense else ("diag", "unit")
+    return Param("metric", "choice", "diag", f"with step_size auto: {helps}", choices=choices)
+
+
 WARMUP = Param(
     "warmup",
     "int",
@@ -77,9 +82,12 @@ WARMUP = Param(
 )
 
 
-def adapting_params(step: float, accept: float, source: str) -> tuple[Param, ...]:
-    """The parameters of a kernel with a warm-up: its step (``step``, or auto), the metric, the
-    warm-up's length and the acceptance it aims at (``accept``; ``source``: whose default)."""
+def adapting_params(
+    step: float, accept: float, source: str, dense: bool = True
+) -> tuple[Param, ...]:
+    """The parameters of a kernel with a warm-up: its step (``step``, or auto), the metric
+    (``dense``: a full mass matrix is one of its choices), the warm-up's length and the
+    acceptance it aims at (``accept``; ``source``: whose default)."""
     aim = Param(
         "target_accept",
         "float",
@@ -88,7 +96,7 @@ def adapting_params(step: float, accept: float, source: str) -> tuple[Param, ...
         0.05,
         0.995,
     )
-    return step_auto(step), METRIC, WARMUP, aim
+    return step_auto(step), metric_param(dense), WARMUP, aim
 
 
 def run_params(params: dict, burn_in: int, steps: int) -> dict:
@@ -148,7 +156,7 @@ class AdaptState(MHState):
     and the accumulators that adapt them (pooled: every row the same)."""
 
     log_step: Tensor  # [C] log eps
-    inv_mass: Tensor  # [C, d] the diagonal inverse metric
+    inv_mass: Tensor  # [C, d] the diagonal inverse metric, [C, d, d] a dense one
     count: Tensor  # [C] steps taken
     accept_prob: Tensor  # [C] the last step's acceptance statistic
     s_bar: Tensor  # [C] dual averaging: the running mean of (target - acceptance)
@@ -157,7 +165,7 @@ class AdaptState(MHState):
     n_da: Tensor  # [C] dual averaging: iterations since its (re)start
     n_var: Tensor  # [C] the window's points so far (chains x steps)
     mean: Tensor  # [C, d] their mean
-    m2: Tensor  # [C, d] their sum of squared deviations
+    m2: Tensor  # [C, d] their sum of squared deviations ([C, d, d]: of their outer products)
 
 
 class Adaptive:
@@ -185,13 +193,22 @@ class Adaptive:
         """The MH state with a warm-up beginning at Stan's heuristic step."""
         self.check_warmup()
         w = state.position
-        chains = w.shape[0]
+        chains, dim = w.shape
+        if self.metric == "dense" and dim > DENSE_MAX_DIM:
+            raise ParamError(
+                "sampler.params.metric",
+                f"dense keeps a {dim} x {dim} matrix per chain: it is for d <= {DENSE_MAX_DIM}; "
+                "use diag",
+            )
         log_step = math.log(self.initial_step(state, target, generator))
         zeros = w.new_zeros(chains)
+        square = torch.zeros(chains, dim, dim, dtype=w.dtype, device=w.device)
+        eye = torch.eye(dim, dtype=w.dtype, device=w.device).expand(chains, dim, dim)
+        dense = self.metric == "dense"
         return AdaptState(
             **vars(state),
             log_step=w.new_full((chains,), log_step),
-            inv_mass=torch.ones_like(w),
+            inv_mass=eye.clone() if dense else torch.ones_like(w),
             count=zeros,
             accept_prob=zeros,
             s_bar=zeros,
@@ -200,7 +217,7 @@ class Adaptive:
             n_da=zeros,
             n_var=zeros,
             mean=torch.zeros_like(w),
-            m2=torch.zeros_like(w),
+            m2=square if dense else torch.zeros_like(w),
         )
 
     def initial_step(self, state: MHState, target, generator: torch.Generator) -> float:
@@ -264,26 +281,33 @@ class Adaptive:
         x = old.mu - s_bar * n.sqrt() / GAMMA
         x_eta = n.pow(-KAPPA)
         x_bar = (1 - x_eta) * old.x_bar + x_eta * x
-        # the window's pooled variance (Chan et al.'s update of a Welford mean and M2)
+        # the window's pooled variance, or covariance (Chan et al.'s update of a Welford mean
+        # and M2)
         inside = (t >= first) & (t < stop)
         weight = ok[:, None]
-        batch_mean = (torch.nan_to_num(w) * weight).sum(0) / k
-        batch_m2 = ((torch.nan_to_num(w) - batch_mean) ** 2 * weight).sum(0)
+        finite = torch.nan_to_num(w)
+        batch_mean = (finite * weight).sum(0) / k
+        dense = self.metric == "dense"
+        if dense:
+            batch_m2 = ((finite - batch_mean) * weight).T @ (finite - batch_mean)
+        else:
+            batch_m2 = ((finite - batch_mean) ** 2 * weight).sum(0)
         n_var = old.n_var + k * inside
         delta = batch_mean - old.mean
-        share = (k / n_var.clamp_min(1.0))[:, None]
-        mean = torch.where(inside[:, None], old.mean + delta * share, old.mean)
-        m2 = torch.where(
-            inside[:, None], old.m2 + batch_m2 + delta**2 * old.n_var[:, None] * share, old.m2
-        )
+        share = k / n_var.clamp_min(1.0)
+        mean = torch.where(inside[:, None], old.mean + delta * share[:, None], old.mean)
+        spread = delta[:, :, None] * delta[:, None, :] if dense else delta**2
+        gain = batch_m2 + spread * _rows(old.n_var * share, spread)
+        m2 = torch.where(_rows(inside, gain), old.m2 + gain, old.m2)
         closes = torch.zeros_like(adapting)
         for end in ends:
             closes = closes | (t == end)
-        if self.metric == "diag":
-            var = m2 / (n_var - 1).clamp_min(1.0)[:, None]
-            size = n_var[:, None]
-            regular = (size / (size + 5.0)) * var + 1e-3 * (5.0 / (size + 5.0))
-            inv_mass = torch.where(closes[:, None], regular, old.inv_mass)
+        if self.metric in ("diag", "dense"):
+            size = _rows(n_var, m2)
+            var = m2 / (size - 1).clamp_min(1.0)
+            ridge = torch.eye(w.shape[1], dtype=dtype, device=w.device) if dense else 1.0
+            regular = (size / (size + 5.0)) * var + 1e-3 * (5.0 / (size + 5.0)) * ridge
+            inv_mass = torch.where(_rows(closes, regular), regular, old.inv_mass)
         else:
             inv_mass = old.inv_mass
         restart = closes.to(dtype)
@@ -292,8 +316,7 @@ class Adaptive:
         keep = ~adapting
 
         def held(value: Tensor, before: Tensor) -> Tensor:
-            mask = keep if value.ndim == 1 else keep[:, None]
-            return torch.where(mask, before, value)
+            return torch.where(_rows(keep, value), before, value)
 
         return replace(
             new,
@@ -307,7 +330,7 @@ class Adaptive:
             n_da=held(n * (1 - restart), old.n_da),
             n_var=held(n_var * (1 - restart), old.n_var),
             mean=held(mean * (1 - restart)[:, None], old.mean),
-            m2=held(m2 * (1 - restart)[:, None], old.m2),
+            m2=held(m2 * _rows(1 - restart, m2), old.m2),
         )
 
     def adaptation(self, state) -> dict | None:
@@ -325,3 +348,8 @@ class Adaptive:
             "warmup": self.warmup,
             "finished": bool(state.count[row] >= self.warmup),
         }
+
+
+def _rows(per_chain: Tensor, like: Tensor) -> Tensor:
+    """A [C] tensor shaped to broadcast over ``like``'s rows ([C, d] or [C, d, d])."""
+    return per_chain.reshape(-1, *[1] * (like.ndim - 1))
