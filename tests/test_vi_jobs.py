@@ -35,6 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 F64 = torch.float64
 EPOCHS = 12  # the in-process runs: 10 optimiser steps an epoch (batch n / 10) at n = 500
 TANH1 = {"name": "tanh", "params": {"hidden": 1, "n": 500}}
+# The run and the independent fit agree to rounding, then 120 Adam steps amplify it: BLAS's last
+# bits can depend on the buffers' memory alignment (MKL without CNR), so a warm worker's run
+# differed by ~1e-6 relative (CI, 2026-11-29) where a fresh process agrees to 1e-15. A wrong
+# option or seed moves these values by far more (percents).
+SAME_FIT = 1e-5
 PRIOR = (5.0, 10.0)  # VIOptions' default prior N(5, 100): mean and standard deviation
 
 
@@ -186,7 +191,7 @@ BAD = [
         "vi.points",
         ["[2, n]", "a potential", "got 10"],
     ),
-    (_vi(kind="fit"), "kind", ["['sample', 'vi']", "got 'fit'"]),
+    (_vi(kind="fit"), "kind", ["['sample', 'vi', 'nested']", "got 'fit'"]),
 ]
 
 
@@ -221,16 +226,16 @@ def test_a_vi_run_stores_the_fit_that_samplers_vi_computes_with_the_same_seeds(b
     assert set(data) == {"epoch", "objective"}
     np.testing.assert_array_equal(data["epoch"], np.arange(1, EPOCHS + 1))
     assert len(res.curve) == EPOCHS
-    np.testing.assert_allclose(data["objective"], res.curve, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(data["objective"], res.curve, rtol=SAME_FIT, atol=0)
     assert summary["status"] == "completed" and summary["kind"] == "vi"
     assert summary["epochs"] == EPOCHS and summary["optimizer_steps"] == res.steps == 10 * EPOCHS
-    assert summary["psi"] == pytest.approx(res.psi, rel=1e-12)
+    assert summary["psi"] == pytest.approx(res.psi, rel=SAME_FIT)
     assert summary["objective"] == summary["psi"]  # the target has a truth: the value is Psi
-    assert summary["objective_se"] == pytest.approx(res.final.se, rel=1e-12)
+    assert summary["objective_se"] == pytest.approx(res.final.se, rel=SAME_FIT)
     assert summary["source"] == "nf_gamma" and not summary["diverged"]
     for name in ("lam", "k", "beta"):  # the fitted source: the same parameters
         want = getattr(source, name).detach().tolist()
-        assert summary["fitted_source"][name] == pytest.approx(want, rel=1e-12), name
+        assert summary["fitted_source"][name] == pytest.approx(want, rel=SAME_FIT), name
     assert summary["fitted_source"]["beta"][0] == 500.0  # beta_1 held at n
     # progress: the fit's epochs, phase "fit", the last report at the end
     assert seen and all(p.phase == "fit" and p.steps_total == EPOCHS for p in seen)
@@ -278,8 +283,8 @@ def test_points_fit_the_first_points_of_the_dataset(tmp_path):
     assert summary["fitted_source"]["beta"][0] == 300.0  # the source's beta_1 = n is the points'
     # the run fits exactly what samplers.vi fits on the first 300 points, seeded alike
     res, _ = independent_fit(spec)
-    np.testing.assert_allclose(store.read(run_id)["objective"], res.curve, rtol=1e-12, atol=0)
-    assert summary["psi"] == pytest.approx(res.psi, rel=1e-12)
+    np.testing.assert_allclose(store.read(run_id)["objective"], res.curve, rtol=SAME_FIT, atol=0)
+    assert summary["psi"] == pytest.approx(res.psi, rel=SAME_FIT)
     # nested, not a fresh n = 300 dataset: tanh draws all x, then all y, so those differ
     x300, y300 = tanh_data(300)
     assert not np.array_equal(y300, y[:300])
