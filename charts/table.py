@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 RUN_COLUMNS = ("id", "target", "sampler", "chains", "steps", "status", "progress (%)", "created")
-OPTIONAL_FACTS = ("LLC mean", "Psi (VI)")  # rows compared only when some run has the number
+# rows compared only when some run has the number
+OPTIONAL_FACTS = ("LLC mean", "Psi (VI)", "log Z (nested)", "exact log Z")
 POSITION_COLUMNS_MAX = 64  # positions go into the CSV only up to this many coordinates
 
 
@@ -33,6 +34,8 @@ def method(spec: Mapping) -> str:
     if spec.get("kind") == "vi":
         source = (spec.get("vi") or {}).get("source", "gamma")
         return f"vi (nf_{source})"
+    if spec.get("kind") == "nested":
+        return "nested"
     return str((spec.get("sampler") or {}).get("name", "?"))
 
 
@@ -64,12 +67,13 @@ def run_row(run: Mapping) -> dict:
     else:
         percent = min(100.0, 100.0 * done / total)
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("created") or 0))
+    other = spec.get("kind") in ("vi", "nested")  # no chains; its own count of steps
     return {
         "id": run.get("id"),
         "target": target(spec),
         "sampler": method(spec),
-        "chains": None if spec.get("kind") == "vi" else spec.get("chains"),
-        "steps": total if spec.get("kind") == "vi" else spec.get("steps"),  # a fit's: epochs
+        "chains": None if other else spec.get("chains"),
+        "steps": total if other else spec.get("steps"),  # a fit's epochs, nested's iterations
         "status": run.get("status"),
         "progress (%)": round(percent, 1),
         "created": created,
@@ -86,6 +90,7 @@ def summary_facts(summary: Mapping | None) -> dict[str, float | None]:
     s = summary or {}
     coords = s.get("coordinates") or {}
     llc = (s.get("observables") or {}).get("llc") or {}
+    nested = s.get("kind") == "nested"
     return {
         "acceptance": _number(s.get("acceptance")),
         "ESS bulk (min over coordinates)": _extreme(coords.get("ess_bulk"), min),
@@ -94,7 +99,20 @@ def summary_facts(summary: Mapping | None) -> dict[str, float | None]:
         "diverged chains": _number(s.get("diverged_chains")),
         "LLC mean": _number(llc.get("mean")),
         "Psi (VI)": _number(s.get("objective")) if s.get("kind") == "vi" else None,
+        "log Z (nested)": _number(s.get("log_z")) if nested else None,
+        "exact log Z": _number(s.get("exact_log_z")) if nested else None,
     }
+
+
+def evidence(summary: Mapping | None) -> str | None:
+    """A nested run's evidence as a cell, "1.970 ± 0.093 (exact 1.660)"; None for any other
+    run (an MCMC run estimates no normaliser)."""
+    s = summary or {}
+    if s.get("kind") != "nested" or _number(s.get("log_z")) is None:
+        return None
+    text = f"{s['log_z']:.3f} ± {_number(s.get('log_z_error')) or math.nan:.3f}"
+    exact = _number(s.get("exact_log_z"))
+    return text + (f" (exact {exact:.3f})" if exact is not None else " (no exact)")
 
 
 def compare_rows(summaries: Mapping[str, Mapping | None]) -> list[dict]:

@@ -1,21 +1,18 @@
 """``python -m jobs evidence``: nested sampling with RadFriends (``samplers.nested``) on a
 potential, in this process: its log Z with the error nested sampling reports, against the exact
-normaliser where the potential has one."""
+normaliser where the potential has one. A stored, resumable run of the same is ``python -m jobs
+run --kind nested`` (``runs.nested``); both print the same facts (``runs.nested.facts``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from runs.jsonsafe import json_safe
+from runs.nested import AGREES, exact_log_z, facts
 from runs.spec import SpecError, param_error
 from runs.store import Store
 from studies.arguments import pairs
-
-# The exact normaliser is over the whole plane, nested sampling's over the plotted box: the box
-# leaves out at most ~0.02 of log Z (the funnels' tails), against errors of ~0.1 at 400 points.
-AGREES = 3.0  # within this many reported errors: the estimate is consistent with the truth
 
 
 def cmd_evidence(args: argparse.Namespace, store: Store) -> int:
@@ -42,42 +39,27 @@ def cmd_evidence(args: argparse.Namespace, store: Store) -> int:
             f"must be a potential with a box over all its coordinates (nested sampling's "
             f"uniform prior: its plotted bounds); {args.target!r} has none",
         ) from None
-    facts = _facts(args.target, target.log_z, result)
+    found = facts(args.target, exact_log_z(target, settings["nbeta"]), result)
+    off = found["errors_off"]
+    found["verdict"] = None  # consistent with the exact normaliser, or not
+    if off is not None:
+        found["verdict"] = (
+            "consistent" if abs(off) <= AGREES else f"more than {AGREES:g} errors off"
+        )
     if args.json:
-        print(json.dumps(json_safe(facts)))
+        print(json.dumps(json_safe(found)))
         return 0
     print(
-        f"{args.target}: log Z = {facts['log_z']:.4f} +- {facts['log_z_error']:.4f} "
-        f"({facts['iterations']} iterations, {facts['evaluations']} energy evaluations, "
-        f"stopped: {facts['stopped']})"
+        f"{args.target}: log Z = {found['log_z']:.4f} +- {found['log_z_error']:.4f} "
+        f"({found['iterations']} iterations, {found['evaluations']} energy evaluations, "
+        f"stopped: {found['stopped']})"
     )
-    if facts["exact_log_z"] is not None:
+    if found["exact_log_z"] is not None:
         print(
-            f"exact log Z = {facts['exact_log_z']:.4f} (the whole plane): "
-            f"{facts['errors_off']:.2f} errors off, {facts['verdict']}"
+            f"exact log Z = {found['exact_log_z']:.4f} (the whole plane): "
+            f"{found['errors_off']:.2f} errors off, {found['verdict']}"
         )
     return 0
-
-
-def _facts(name: str, exact: float | None, result) -> dict:
-    off = None if exact is None else (result.log_z - exact) / result.log_z_error
-    verdict = None
-    if off is not None:
-        verdict = "consistent" if abs(off) <= AGREES else f"more than {AGREES:g} errors off"
-    return {
-        "target": name,
-        "log_z": result.log_z,
-        "log_z_error": result.log_z_error,
-        "exact_log_z": exact,
-        "errors_off": off if off is None or math.isfinite(off) else None,
-        "verdict": verdict,
-        "information": result.information,
-        "iterations": result.iterations,
-        "evaluations": result.evaluations,
-        "ess": result.ess,
-        "stopped": result.stopped,
-        "bounds": [list(b) for b in result.bounds],
-    }
 
 
 def add_parser(sub) -> None:

@@ -25,7 +25,7 @@ from runs import verdict
 from runs.store import FINAL
 from samplers.explain import POSTERIOR, explain
 from studies import compare, diagnostics
-from ui import animate
+from ui import animate, nested_view
 from ui.live import run_choices, watch
 from ui.truths import (
     density_grid,
@@ -38,7 +38,7 @@ from ui.truths import (
 
 ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
 
-SAMPLERS = list(samplers.REGISTRY)
+SAMPLERS = [*samplers.REGISTRY, nested_view.NAME]  # nested sampling after the MCMC kernels
 CURVE_POINTS = 401  # odd: the grid of a symmetric range holds its midpoint
 BINS = 60
 MAX_CLOUD = 2000  # draws shown as markers (SVG: each costs the browser ~40 us to draw)
@@ -85,10 +85,15 @@ with left:
         ui.formula_warning(target_params["formula"], target.dim, target.bounds)
 with right:
     sampler_name = st.selectbox("Sampler", SAMPLERS, key=ui.kept("pg.sampler_name"))
-    sampler_spec = samplers.REGISTRY[sampler_name]
-    defaults = sampler_defaults(sampler_spec)
-    sampler_params = ui.param_inputs(sampler_spec, key="pg.sampler", defaults=defaults)
-    latex, paragraph = explain(sampler_name)
+    nested = nested_view.settings("pg.nested") if sampler_name == nested_view.NAME else None
+    if sampler_name == nested_view.NAME:  # a run of its own kind (runs.nested), not a kernel
+        sampler_params = nested and nested["nested"]
+        latex, paragraph = nested_view.explain()
+    else:
+        sampler_spec = samplers.REGISTRY[sampler_name]
+        defaults = sampler_defaults(sampler_spec)
+        sampler_params = ui.param_inputs(sampler_spec, key="pg.sampler", defaults=defaults)
+        latex, paragraph = explain(sampler_name)
     if latex:
         st.latex(latex)
 
@@ -111,8 +116,10 @@ if target is not None:
         key="pg.preview",
     )
 
-length = run_length("pg")
+length = None if sampler_name == nested_view.NAME else run_length("pg")
 spec = None
+if target is not None and nested is not None:
+    spec = nested_view.spec_of(target_name, target_params, nested)
 if target is not None and sampler_params is not None and length is not None:
     spec = {
         "target": {"name": target_name, "params": target_params},
@@ -120,7 +127,7 @@ if target is not None and sampler_params is not None and length is not None:
         **length,
         "record": {"animate": animate.traced_steps(length["steps"])},  # the animated view
     }
-confirmed = ui.budget_gate([spec] if spec else [], "pg")
+confirmed = ui.budget_gate([spec] if spec and nested is None else [], "pg")  # nested: seconds
 
 if st.button("Run", type="primary", key="pg.run"):
     if spec is None:
@@ -170,6 +177,9 @@ def live_run(run_id: str, show: int, trail: int, log_scale: bool, tails: list[fl
         st.info("This run was deleted.")
         return
     ui.stop_polling("pg.polling", run_id, record.status in FINAL)
+    if nested_view.is_nested_run(record.spec):
+        nested_view.show(store, record, log_scale)
+        return
     ui.progress_bar(record)
     ctx = run_context(record)
     if ctx is None:
@@ -304,7 +314,8 @@ def view_controls(run_id: str) -> tuple:
     return run_id, show, trail, log_scale, tails
 
 
-runs = {r.id: r for r in [r for r in store.list() if diagnostics.is_playground_run(r.spec)][:30]}
+shown_here = (nested_view.is_nested_run, diagnostics.is_playground_run)
+runs = {r.id: r for r in [r for r in store.list() if any(f(r.spec) for f in shown_here)][:30]}
 shown_id, _ = watch(
     "pg",
     "Run shown",
@@ -318,9 +329,13 @@ shown_id, _ = watch(
 # ---------------------------------------------------------------------------------------------
 # Explanation: of the run shown (else of the sampler picked above).
 
-explained = runs[shown_id].spec["sampler"]["name"] if shown_id else sampler_name
-explained = explained if explained in samplers.REGISTRY else sampler_name
-latex, paragraph = explain(explained)
+explained = sampler_name
+if shown_id:
+    shown_spec = runs[shown_id].spec
+    nested_run = shown_spec.get("kind") == nested_view.NAME
+    explained = nested_view.NAME if nested_run else shown_spec["sampler"]["name"]
+explained = explained if explained in SAMPLERS else sampler_name
+latex, paragraph = nested_view.explain() if explained == nested_view.NAME else explain(explained)
 st.subheader(f"How {explained} works")
 st.latex(POSTERIOR)
 if latex:

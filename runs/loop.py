@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-from runs import verdict, vi
+from runs import nested, verdict, vi
 from runs.budget import Estimate, estimate
 from runs.build import build
 from runs.observe import OBSERVERS
@@ -83,6 +83,9 @@ def execute(
     if spec.kind == "vi":  # a variational fit: its epochs on the same clock, the same store
         pace = Pace(store, run_id, spec.vi.epochs, "fit", should_stop, on_progress)
         return vi.fit_run(spec, store, run_id, pace, started)
+    if spec.kind == "nested":  # nested sampling: its iterations on the same clock and store
+        pace = Pace(store, run_id, spec.nested.max_iter, "sample", should_stop, on_progress)
+        return nested.nested_run(spec, store, run_id, pace, started)
     pace = Pace(store, run_id, spec.steps, "sample", should_stop, on_progress)
     run = Sampling(spec, store, run_id, pace, started)
     sampling = pace.begin()
@@ -107,7 +110,7 @@ class Sampling:
         self.target = target
         self.est = estimate(spec)
         generator = torch.Generator(device=device).manual_seed(spec.seed)
-        start = target.initial(generator, spec.chains)
+        start = kernel.initial(target, generator, spec.chains)  # the target's, or the kernel's
         if spec.start is not None:
             given = torch.tensor(spec.start, dtype=start.dtype, device=device).expand_as(start)
             start = target.from_original(given).clone()  # the user gave theta

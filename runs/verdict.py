@@ -119,6 +119,10 @@ class Evidence:
 
     @property
     def smaller(self) -> str:
+        tuner = {p.name: p.default for p in getattr(REGISTRY.get(self.sampler), "params", ())}
+        if self.auto and "desired_energy_var" in tuner:  # MCLMC's tuner aims at Var[E]/d
+            aim = self.params.get("desired_energy_var") or tuner["desired_energy_var"]
+            return f"a smaller desired_energy_var (e.g. {aim / 2:g}) or {self.longer_warmup}"
         if self.auto:  # Stan's advice: a higher aim makes the adapted step smaller
             aim = self.params.get("target_accept") or 0.8
             return f"a higher target_accept (e.g. {min(0.99, (1 + aim) / 2):.2g})"
@@ -262,8 +266,8 @@ def _settled(run: Evidence) -> Signal | None:
     """step_size auto: the warm-up settled when the acceptance after it is near its aim (a
     warm-up too short for the target leaves a step the dual averaging had not yet found)."""
     adapted, acceptance = run.summary.get("adapted"), run.acceptance
-    if not adapted or acceptance is None:
-        return None
+    if not adapted or acceptance is None or "target_accept" not in adapted:
+        return None  # none, or MCLMC's tuner (no MH step: the energy error is watched)
     aim = adapted["target_accept"]
     if not adapted.get("finished", True):
         message = "the run stopped inside the warm-up: its step was still being adapted"
@@ -285,7 +289,8 @@ def _watched(run: Evidence) -> list[Signal]:
         value = scalars.get(watch.scalar)
         if value is not None and value > watch.high:
             message = f"mean {watch.scalar} {value:.3g} is above {watch.high:g}: {watch.why}"
-            found.append(Signal(watch.scalar, "warn", value, message, watch.advice))
+            advice = run.smaller if run.auto else watch.advice  # a tuned step: tune it smaller
+            found.append(Signal(watch.scalar, "warn", value, message, advice))
     return found
 
 

@@ -13,30 +13,45 @@ error of a step, Delta E = Delta K + U(w') - U(w), measures the discretisation e
 
 - ``mclmc`` adds BlackJAX's Langevin noise: a partial refresh of u by half a step before and
   after each integrator step (``with_isokinetic_maruyama``). No Metropolis test: biased at a
-  finite step, the bias set by the energy error's variance per dimension. ``tune`` picks the
-  step and L as ``blackjax.mclmc_find_L_and_step_size`` does, for all chains at once.
+  finite step, the bias set by the energy error's variance per dimension. With
+  ``step_size: auto`` the burn-in picks the step and L as ``blackjax.mclmc_find_L_and_step_size``
+  does, pooled over the chains (samplers.mclmc_tune, which also has ``tune`` for a state outside
+  a run); both are fixed after it.
 - ``mchmc`` refreshes u fully at each iteration (the "bounce") and runs ``n_steps`` integrator
   steps; by default a Metropolis test on the trajectory's energy error makes it exact (the MH
-  ratio of Robnik, Cohn-Gordon & Seljak 2025, BlackJAX's ``adjusted_mclmc``).
+  ratio of Robnik, Cohn-Gordon & Seljak 2025, BlackJAX's ``adjusted_mclmc``). Its step is a
+  number: MCLMC's tuner aims at an energy error, which suits the unadjusted chain, while the
+  Metropolis-adjusted one is tuned to an acceptance by another tuner (BlackJAX's
+  ``adjusted_mclmc_find_L_and_step_size``), not built here.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-from dataclasses import dataclass, replace
-from typing import NamedTuple
+from dataclasses import dataclass, fields, replace
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from landscapes import Target
-
-from .base import Draw, Noise
+from .base import Draw
 from .integrators import MHKernel, MHState, all_accepted
-from .rank_stats import geyer_ess
+from .mclmc_tune import (
+    DESIRED_ENERGY_VAR,
+    L_FACTOR,
+    NUM_EFFECTIVE_SAMPLES,
+    TRUST_IN_ESTIMATE,
+    Tuned,
+    adapted,
+    find_L_and_step_size,
+    put_back,
+    start_fields,
+    tune,
+    tuned,
+)
 from .spec import LOC, NBETA, Param, Watch, aligned, kernel_spec
+from .warmup import WARMUP
+
+__all__ = ["MCHMC", "MCLMC", "Tuned", "find_L_and_step_size", "tune"]
 
 B1 = 0.1931833275037836  # McLachlan's minimal-norm coefficient, BlackJAX's ``mclachlan``
 B2 = 1.0 - 2.0 * B1
@@ -50,13 +65,33 @@ MCHMC_PAPER = (
     "JMLR 24; MH test: Robnik, Cohn-Gordon & Seljak (2025), Metropolis adjusted "
     "microcanonical Hamiltonian Monte Carlo"
 )
-DESIRED_ENERGY_VAR = 5e-4  # Var[Delta E] / d the tuner aims at: BlackJAX's desired_energy_var
 
 
 @dataclass
 class MicroState(MHState):
     u: Tensor  # [C, d] the unit velocity (MCHMC draws a fresh one each iteration)
     energy_change: Tensor  # [C] Delta E of the last step (MCHMC: of the last trajectory)
+
+
+@dataclass
+class TuneState(MicroState):
+    """MCLMC's state with step_size auto: the step and L every chain uses and the tuner's
+    accumulators (samplers.mclmc_tune; pooled: all rows equal)."""
+
+    step: Tensor  # [C] eps
+    length: Tensor  # [C] L
+    count: Tensor  # [C] steps taken
+    x_average: Tensor  # [C] stages 1-2: the running average of w xi / eps^6
+    time: Tensor  # [C] ... and of w
+    most: Tensor  # [C] the largest step allowed since a step was not finite
+    weight: Tensor  # [C] stage 2: the sum of eps over the finite chain steps
+    shift: Tensor  # [C, d] the chains' mean at stage 2's start (the moments are about it)
+    total: Tensor  # [C, d] the eps-weighted sum of the positions (less shift)
+    squares: Tensor  # [C, d] ... of their squares
+    error: Tensor  # [C] the sum over the stage's steps of the mean Delta E^2 / d
+    error_steps: Tensor  # [C] those steps
+    failures: Tensor  # [C] chain steps that were not finite (put back)
+    trail: Tensor  # [1, steps, chains, k] stage 3's last positions (its ESS)
 
 
 def esh_velocity(u: Tensor, grad: Tensor, time: float) -> tuple[Tensor, Tensor]:
@@ -80,11 +115,15 @@ def esh_velocity(u: Tensor, grad: Tensor, time: float) -> tuple[Tensor, Tensor]:
     return new, kinetic[:, 0]
 
 
-def refresh(u: Tensor, z: Tensor, time: float, L: float) -> Tensor:
+def refresh(u: Tensor, z: Tensor, time: float | Tensor, L: float | Tensor) -> Tensor:
     """u <- (u + nu z) / |u + nu z|, nu = sqrt((exp(2 time / L) - 1) / d), z ~ N(0, I): the
     partial refresh that decorrelates u over a length L (BlackJAX's
     ``partially_refresh_momentum``; a huge time / L makes it a full refresh)."""
-    nu = math.sqrt(math.expm1(min(2 * time / L, 700.0)) / u.shape[-1])
+    if isinstance(time, Tensor) or isinstance(L, Tensor):  # step_size auto: [C, 1] each
+        # e^60: u's share of v is 1e-13, a full refresh, and (nu z)^2 d stays in float32
+        nu = torch.sqrt(torch.expm1((2 * time / L).clamp(max=60.0)) / u.shape[-1])
+    else:
+        nu = math.sqrt(math.expm1(min(2 * time / L, 700.0)) / u.shape[-1])
     v = u + nu * z
     return v / v.norm(dim=-1, keepdim=True)
 
@@ -120,10 +159,11 @@ class _Microcanonical(MHKernel):
         change = state.energy_change
         return {"energy_change": change, "energy_error": change * change / dims}
 
-    def isokinetic(self, state, target, w, u, grad, points):
+    def isokinetic(self, state, target, w, u, grad, points, eps=None):
         """One step B(b1 eps) A(eps/2) B(b2 eps) A(eps/2) B(b1 eps) from (w, u) with grad U(w)
-        ``grad``; appends both new positions to ``points``. Returns (w, u, Energy, Delta K)."""
-        eps = self.step_size
+        ``grad``; appends both new positions to ``points``. Returns (w, u, Energy, Delta K).
+        ``eps``: the kernel's step unless given ([C, 1] with step_size auto)."""
+        eps = self.step_size if eps is None else eps
         u, kinetic = esh_velocity(u, grad, B1 * eps)
         w = w + 0.5 * eps * u
         e = self.energy(w, state, target, None)
@@ -158,8 +198,10 @@ class MCLMC(_Microcanonical):
     ``energy_change`` and ``energy_error`` (Delta E^2 / d). BlackJAX's optional cut-off of steps
     with a large |Delta E| (``desired_energy_var_max_ratio``, off by default) is not implemented.
     A chain whose step turns non-finite is frozen and flagged, as for every Basin kernel
-    (BlackJAX instead keeps its old position and draws a new velocity). ``tune`` sets the step
-    and L."""
+    (BlackJAX instead keeps its old position and draws a new velocity). With ``step_size:
+    auto`` the first ``warmup`` steps (the run's burn-in) tune the step and L together, as
+    BlackJAX's tuner does (samplers.mclmc_tune; pooled over chains, a non-finite step put back
+    during it), and both are fixed after it."""
 
     SPEC = kernel_spec(
         "mclmc",
@@ -170,9 +212,11 @@ class MCLMC(_Microcanonical):
                 "step_size",
                 "float",
                 0.1,
-                "step size epsilon: the distance w moves a step (|u| = 1)",
+                "step size epsilon: the distance w moves a step (|u| = 1), or auto: the burn-in "
+                "tunes it and L together (BlackJAX's MCLMC tuner)",
                 1e-12,
                 1e6,  # a distance, which grows like sqrt(d) (the tuner starts at sqrt(d) / 4)
+                auto=True,
             ),
             NBETA,
             LOC,
@@ -181,9 +225,20 @@ class MCLMC(_Microcanonical):
                 "float",
                 1.0,
                 "momentum decoherence length L: u forgets its direction over about this distance "
-                "(large: no refresh, the deterministic dynamics)",
+                "(large: no refresh, the deterministic dynamics); with step_size auto it is "
+                "tuned with the step and this value is not used",
                 1e-6,
                 1e12,
+            ),
+            WARMUP,
+            Param(
+                "desired_energy_var",
+                "float",
+                DESIRED_ENERGY_VAR,
+                "with step_size auto: the energy error per dimension Var[E]/d the tuner aims at "
+                "(BlackJAX's desired_energy_var; smaller: a smaller step, less bias)",
+                1e-8,
+                1.0,
             ),
         ],
         equation=aligned(
@@ -206,8 +261,10 @@ class MCLMC(_Microcanonical):
         "mean of the energy_error scalar), which the tuner aims at 5e-4, BlackJAX's "
         "desired_energy_var; well above that the samples are visibly off (too wide or too "
         "narrow), and a step that is far too large shows as diverged chains. With step_size "
-        "and L from the tuner it needs neither a trajectory length nor a Metropolis test, which "
-        "makes it fast in high dimension.",
+        "auto the burn-in runs BlackJAX's tuner: the step from the energy error, then L from "
+        "the spread of the positions and from their autocorrelation time, one step and one L "
+        "for all chains, fixed after the burn-in. So it needs neither a trajectory length nor "
+        "a Metropolis test, which makes it fast in high dimension.",
         acceptance=None,  # no MH test: the energy error is the diagnostic
         watch=(
             Watch(
@@ -216,7 +273,8 @@ class MCLMC(_Microcanonical):
                 "the energy error per dimension is over ten times the 5e-4 the tuner aims at "
                 "(BlackJAX's desired_energy_var; Robnik & Seljak 2024), so the step biases the "
                 "draws",
-                "a smaller step_size",
+                "a smaller step_size (with step_size auto: a smaller desired_energy_var or a "
+                "longer burn-in)",
             ),
         ),
     )
@@ -225,12 +283,64 @@ class MCLMC(_Microcanonical):
         """z0, z1: the refreshes before and after the integrator step."""
         return {"z0": Draw("normal", (chains, dim)), "z1": Draw("normal", (chains, dim))}
 
+    trust_in_estimate = TRUST_IN_ESTIMATE  # the tuner's other options (BlackJAX's)
+    num_effective_samples = NUM_EFFECTIVE_SAMPLES
+    l_factor = L_FACTOR
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        if self.auto:  # the tuner's stage is read on the host at every step
+            self.compilable = False
+
+    @property
+    def auto(self) -> bool:
+        return self.step_size == "auto"
+
+    def check_warmup(self) -> int:
+        if self.warmup is None:
+            raise ValueError(
+                f"{self.name}.warmup: step_size auto tunes during a warm-up; give its length "
+                "(a run takes its burn-in)"
+            )
+        return self.warmup
+
+    def start(self, state, target, generator):
+        state = super().start(state, target, generator)
+        return self.tuning(state) if self.auto else state
+
+    def tuning(self, state: MicroState, initial: tuple[float, float] | None = None) -> TuneState:
+        """``state`` with the tuner's fields, before its first step (``initial``: its step
+        and L, by default BlackJAX's sqrt(d) / 4 and sqrt(d))."""
+        base = {f.name: getattr(state, f.name) for f in fields(MicroState)}
+        extra = start_fields(state.position, self.check_warmup(), initial)
+        return TuneState(**base, **extra)
+
+    @staticmethod
+    def untuned(state: TuneState) -> MicroState:
+        """The MicroState of a tuned state (its chains, without the tuner's fields)."""
+        return MicroState(**{f.name: getattr(state, f.name) for f in fields(MicroState)})
+
     def update(self, state, target, batch, noise, trace=None):
-        half = 0.5 * self.step_size
-        u = refresh(state.u, noise["z0"], half, self.L)
+        if not self.auto:
+            return self.advance(state, target, noise, trace, self.step_size, self.L)
+        t = int(state.count.max())  # one host read a step: the stage says what the step tunes
+        eps, length = state.step[:, None], state.length[:, None]
+        new, loss, accepted = self.advance(state, target, noise, trace, eps, length)
+        if t >= self.check_warmup():  # tuned: the step and L stay as they are
+            return replace(new, count=state.count + 1), loss, accepted
+        new, loss, ok, failed = put_back(state, new, loss)
+        return replace(new, **tuned(self, state, new, t, ok, failed)), loss, accepted
+
+    def advance(self, state, target, noise, trace, eps, length):
+        """R(eps/2), one isokinetic step, R(eps/2) at (``eps``, ``length``): floats, or [C, 1]
+        with step_size auto."""
+        half = 0.5 * eps
+        u = refresh(state.u, noise["z0"], half, length)
         points = [state.position]
-        w, u, e, kinetic = self.isokinetic(state, target, state.position, u, state.grad, points)
-        u = refresh(u, noise["z1"], half, self.L)
+        w, u, e, kinetic = self.isokinetic(
+            state, target, state.position, u, state.grad, points, eps
+        )
+        u = refresh(u, noise["z1"], half, length)
         if trace is not None:
             trace["proposal"], trace["path"] = w, torch.stack(points, 1)
         new = replace(
@@ -243,6 +353,18 @@ class MCLMC(_Microcanonical):
             energy_change=kinetic + e.value - state.U,
         )
         return new, e.loss, all_accepted(state)
+
+    def langevin_step(self, state):
+        """The step (a distance here, as for a number): with step_size auto the tuned one."""
+        if self.auto and isinstance(state, TuneState):
+            return state.step[:, None]
+        return self.step_size
+
+    def adaptation(self, state) -> dict | None:
+        """What the tuner settled on (the summary's ``adapted``), or None without it."""
+        if not self.auto or not isinstance(state, TuneState):
+            return None
+        return adapted(self, state)
 
 
 class MCHMC(_Microcanonical):
@@ -328,197 +450,3 @@ class MCHMC(_Microcanonical):
         u = torch.where(accepted[:, None] > 0, u, unit(noise["xi"]))
         work = torch.where(torch.isfinite(work), work, torch.zeros_like(work))
         return replace(new, u=u, energy_change=work), loss, accepted
-
-
-# -- the tuner ---------------------------------------------------------------------------------
-
-
-class Tuned(NamedTuple):
-    """What ``find_L_and_step_size`` found, and the chains after its steps."""
-
-    step_size: float
-    L: float
-    state: MicroState
-    energy_error: float  # mean Delta E^2 / d over the last stage's steps (the aim: 5e-4)
-    failures: int  # chain steps that were not finite (put back) during the tuning
-
-
-def tune(
-    kernel: MCLMC,
-    state: MicroState,
-    target: Target,
-    noise: Noise | torch.Generator,
-    steps: int,
-    **options,
-) -> tuple[float, float]:
-    """(step_size, L) for ``kernel`` on ``target`` after ``steps`` tuning steps from ``state``
-    (``find_L_and_step_size``, whose keyword ``options`` it passes on)."""
-    tuned = find_L_and_step_size(kernel, state, target, noise, steps, **options)
-    return tuned.step_size, tuned.L
-
-
-def find_L_and_step_size(
-    kernel: MCLMC,
-    state: MicroState,
-    target: Target,
-    noise: Noise | torch.Generator,
-    steps: int,
-    *,
-    desired_energy_var: float = DESIRED_ENERGY_VAR,
-    trust_in_estimate: float = 1.5,
-    num_effective_samples: int = 150,
-    l_factor: float = 0.4,
-    initial: tuple[float, float] | None = None,
-) -> Tuned:
-    """BlackJAX's ``mclmc_find_L_and_step_size`` (1.7.1, without its diagonal preconditioning:
-    Basin's metric is the identity) on all chains at once. ``steps`` tuning steps, split in
-    three equal stages as BlackJAX's default fractions (0.1, 0.1, 0.1 of its run) split them,
-    starting from ``initial`` = (step_size, L), by default BlackJAX's (sqrt(d) / 4, sqrt(d)):
-
-    1. the step size: after every step, eps = (X / T)^(-1/6), X and T running averages
-       (decay (n - 1)/(n + 1), n = ``num_effective_samples``) of w xi / eps^6 and w, with
-       xi = Delta E^2 / (d ``desired_energy_var``) and the weight
-       w = exp(-(log xi / (6 ``trust_in_estimate``))^2 / 2): Var[E] grows like eps^6, so
-       each step predicts the step that would give the desired variance. Here xi and w are
-       the means over the chains that stayed finite; where a chain's step is not finite, the
-       chain is put back where it was and the step may never again exceed 0.8 times the
-       current one (BlackJAX's ``handle_nans``).
-    2. the same, while averaging the positions and their squares weighted by eps:
-       L = sqrt(sum of the coordinates' variances) (pooled over chains and steps).
-    3. steps at the fixed (eps, L): L = ``l_factor`` eps tau, tau the mean over coordinates of
-       the integrated autocorrelation time in steps, (chains x steps) / ESS (Stan's ESS as
-       BlackJAX computes it, over at most 64 chains and 64 evenly spaced coordinates).
-       Skipped when it would have fewer than 4 steps.
-
-    The chains' positions move during the tuning: ``Tuned.state`` is where they end."""
-    dim = state.position.shape[1]
-    _check_dim(kernel.name, dim)
-    eps, length = initial or (0.25 * math.sqrt(dim), math.sqrt(dim))
-    work = copy.copy(kernel)  # the caller's kernel keeps its own step and L
-    work.step_size, work.L = eps, length
-    if isinstance(noise, torch.Generator):
-        noise = kernel.noise_for(state, target, noise)
-    dead = state.diverged.clone()
-    if bool(dead.all()):
-        raise ValueError("no finite chain to tune on")
-    third = max(steps, 0) // 3
-    first = max(steps, 0) - 2 * third
-    decay = (num_effective_samples - 1.0) / (num_effective_samples + 1.0)
-    predictor = _StepPredictor(eps, dim, desired_energy_var, trust_in_estimate, decay)
-    moments = _Moments(state.position[~dead].mean(0))
-    error, failures = [], torch.zeros((), dtype=torch.long, device=dead.device)
-    for t in range(first + third):
-        state, ok, failed = _advance(work, state, target, noise, dead)
-        work.step_size = predictor.update(state.energy_change, ok, failed)
-        failures = failures + failed.sum()
-        if t >= first:
-            moments.add(state.position, ok, work.step_size)
-            error.append(_mean_error(state, ok, dim))
-    if third > 1:
-        work.L = moments.length() or work.L
-    if third >= 4:
-        stage = _autocorrelation_L(work, state, target, noise, dead, third, l_factor)
-        state, work.L, error, failed = stage
-        failures = failures + failed
-    energy_error = float(torch.stack(error).nanmean()) if error else math.nan
-    return Tuned(work.step_size, work.L, state, energy_error, int(failures))
-
-
-def _advance(work: MCLMC, state: MicroState, target: Target, noise: Noise, dead: Tensor):
-    """One step of ``work``; a chain whose step was not finite (frozen where it was by
-    ``contain``) is unflagged to go on. Returns the state and two [C] bools: the step was
-    finite (``ok``), it was not (``failed``; chains that started non-finite are neither)."""
-    new, _ = work.run(state, target, noise, 1)
-    failed = new.diverged & ~dead
-    return replace(new, diverged=dead), ~failed & ~dead, failed
-
-
-def _mean_error(state: MicroState, ok: Tensor, dim: int) -> Tensor:
-    """The mean over the chains whose step was finite of Delta E^2 / d (NaN where none was)."""
-    change = torch.where(ok, state.energy_change, torch.full_like(state.energy_change, math.nan))
-    return (change * change / dim).nanmean()
-
-
-class _StepPredictor:
-    """Stages 1-2's step size: BlackJAX's ``predictor`` with its running averages, pooled over
-    chains (the mean over the chains whose step was finite)."""
-
-    def __init__(self, eps: float, dim: int, desired: float, trust: float, decay: float):
-        self.eps, self.dim, self.desired, self.trust, self.decay = eps, dim, desired, trust, decay
-        self.x_average, self.time, self.most = 0.0, 0.0, math.inf
-
-    def update(self, change: Tensor, ok: Tensor, failed: Tensor) -> float:
-        """The next step size after a step at ``self.eps`` whose chains changed their energy
-        by ``change`` ([C]), finite where ``ok``, not finite where ``failed``."""
-        okf = ok.to(change.dtype)
-        xi = torch.where(ok, change, torch.zeros_like(change)) ** 2 / (self.dim * self.desired)
-        xi = xi + 1e-8  # BlackJAX's guard against log 0
-        weight = torch.exp(-0.5 * (torch.log(xi) / (6.0 * self.trust)) ** 2)
-        sums = [okf, weight * xi * okf, weight * okf, xi * okf, failed.to(change.dtype)]
-        n, wx, w, x, bad = torch.stack([v.sum() for v in sums]).tolist()  # one host sync
-        if bad > 0:  # some step was not finite: never again this large (BlackJAX's 0.8)
-            self.most = min(self.most, 0.8 * self.eps)
-        if n > 0:
-            self.x_average = self.decay * self.x_average + wx / n / self.eps**6
-            self.time = self.decay * self.time + w / n
-            if self.time > 0 and self.x_average > 0:
-                eps = (self.x_average / self.time) ** (-1.0 / 6.0)
-            else:  # every weight underflowed (a step far off): predict from this step alone
-                eps = self.eps * (x / n) ** (-1.0 / 6.0)
-            self.eps = eps if math.isfinite(eps) and eps > 0 else self.eps
-        self.eps = min(self.eps, self.most)
-        return self.eps
-
-
-class _Moments:
-    """Stage 2's running averages of the positions and their squares, weighted by the step size
-    (BlackJAX's ``incremental_value_update``), pooled over the chains; taken about ``shift``
-    (the chains' mean at the stage's start) so that E[x^2] - E[x]^2 does not cancel."""
-
-    def __init__(self, shift: Tensor):
-        self.shift = shift
-        self.weight = shift.new_zeros(())
-        self.sum = torch.zeros_like(shift)
-        self.sum_sq = torch.zeros_like(shift)
-
-    def add(self, position: Tensor, ok: Tensor, eps: float) -> None:
-        x = torch.where(ok[:, None], position - self.shift, torch.zeros_like(position))
-        self.weight = self.weight + eps * ok.sum()
-        self.sum = self.sum + eps * x.sum(0)
-        self.sum_sq = self.sum_sq + eps * (x * x).sum(0)
-
-    def length(self) -> float | None:
-        """sqrt(sum of the coordinates' variances), None where there is none to give."""
-        mean = self.sum / self.weight
-        value = float((self.sum_sq / self.weight - mean * mean).sum().sqrt())
-        return value if math.isfinite(value) and value > 0 else None
-
-
-MAX_ESS_CHAINS = MAX_ESS_COORDINATES = 64  # stage 3's ESS: a subset keeps it cheap at any size
-
-
-def _autocorrelation_L(work, state, target, noise, dead, steps, l_factor):
-    """Stage 3: ``steps`` steps at the fixed (eps, L), then L = l_factor eps tau, tau the mean
-    over coordinates of (chains x steps) / ESS. Returns the state, L, each step's energy error
-    and the count of chain steps that were not finite."""
-    chains = torch.nonzero(~dead)[:MAX_ESS_CHAINS, 0]
-    dim = state.position.shape[1]
-    count = min(dim, MAX_ESS_COORDINATES)
-    coordinates = torch.linspace(0, dim - 1, count, device=chains.device).round().long()
-    rows, error, failures = [], [], 0
-    for _ in range(steps):
-        state, ok, failed = _advance(work, state, target, noise, dead)
-        rows.append(state.position[chains][:, coordinates])
-        error.append(_mean_error(state, ok, dim))
-        failures = failures + failed.sum()
-    draws = torch.stack(rows, 1).detach().cpu().double().numpy()  # [chains, steps, coordinates]
-    taus = []
-    for j in range(draws.shape[2]):
-        series = draws[:, :, j]
-        if not np.isfinite(series).all() or np.ptp(series) == 0:
-            continue  # BlackJAX leaves out coordinates without an autocorrelation (ESS 0, NaN)
-        ess = geyer_ess(series)
-        if math.isfinite(ess) and ess > 0:
-            taus.append(series.size / ess)
-    length = l_factor * work.step_size * float(np.mean(taus)) if taus else work.L
-    return state, length, error, failures

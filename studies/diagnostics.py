@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -52,6 +53,28 @@ def target_of(name: str, params: str) -> landscapes.Target | ParamError:
         return landscapes.make(name, device="cpu", dtype="float64", **json.loads(params))
     except ParamError as exc:
         return exc
+
+
+def model_stand_in(store: Store, record: RunRecord) -> SimpleNamespace:
+    """What the table needs of a ``model`` run's target once its factory file is gone: d (the
+    summary's; else the projection basis's rows, or the recorded positions' width) and
+    coordinates named w0, w1, ..., with no truths."""
+    dim = (record.summary or {}).get("dim")
+    if dim is None:
+        basis = store.get_array(record.id, "projection")
+        position = store.read(record.id, names=["position"]).get("position")
+        dim = basis.shape[0] if basis is not None else 0 if position is None else position.shape[-1]
+    dim = int(dim)
+    return SimpleNamespace(
+        name="model",
+        dim=dim,
+        layout={"w": (dim,)},
+        bounds=None,
+        exact_sample=None,
+        marginals={},
+        mean=None,
+        cov=None,
+    )
 
 
 def exact_draws(target: landscapes.Target) -> np.ndarray | None:
@@ -246,6 +269,8 @@ def diagnostics_table(store: Store, run_id: str, tails: list | None = None) -> d
     record = store.get(run_id)
     spec = record.spec
     target = target_of(spec["target"]["name"], params_json(spec))
+    if isinstance(target, ParamError) and spec["target"]["name"] == "model":
+        target = model_stand_in(store, record)  # its factory is gone: its records still read
     if isinstance(target, ParamError):
         raise SpecError("id", f"run {run_id}: {target}")
     data = store.read(run_id, names=NAMES)
@@ -280,16 +305,28 @@ def adapted_line(summary: dict | None) -> str | None:
     adapted = (summary or {}).get("adapted")
     if not adapted:
         return None
-    inv_mass = adapted["inverse_mass"]
+    stopped = "" if adapted.get("finished", True) else " (stopped inside the warm-up)"
+    if "L" in adapted:  # MCLMC's tuner (samplers.mclmc_tune)
+        return (
+            f"Tuner ({adapted['warmup']} steps, aiming at Var[E]/d "
+            f"{adapted['desired_energy_var']:g}){stopped}: step {adapted['step_size']:.3g}, "
+            f"L {adapted['L']:.3g}; both fixed after it."
+        )
+    inv_mass, coupled = adapted["inverse_mass"], ""
+    if inv_mass and isinstance(inv_mass[0], list):  # dense: its diagonal and its correlations
+        matrix = np.asarray(inv_mass, dtype=float)
+        sd = np.sqrt(np.diag(matrix))
+        inv_mass = list(np.diag(matrix))
+        rho = np.abs(matrix / np.outer(sd, sd) - np.eye(len(sd)))
+        coupled = f", correlations up to {rho.max():.2f}"
     if len(inv_mass) <= 4:
         metric = ", ".join(f"{v:.3g}" for v in inv_mass)
     else:
         metric = f"{min(inv_mass):.3g} to {max(inv_mass):.3g} over {len(inv_mass)} coordinates"
-    stopped = "" if adapted.get("finished", True) else " (stopped inside the warm-up)"
     return (
         f"Warm-up ({adapted['warmup']} steps, aiming at acceptance {adapted['target_accept']:g})"
         f"{stopped}: step {adapted['step_size']:.3g}, inverse metric ({adapted['metric']}) "
-        f"{metric}; both fixed after it."
+        f"{metric}{coupled}; both fixed after it."
     )
 
 

@@ -306,3 +306,23 @@ def test_bad_settings_are_refused_by_name():
         nested_sample(target, gen(0), dlogz=0)
     with pytest.raises(ParamError, match=r"generator"):
         nested_sample(target, 0)
+
+
+# --- the run kind's options and facts (runs/nested_spec.py, runs/nested.py) ---------------
+
+
+def test_the_run_options_are_params_with_their_defaults():
+    from runs.nested_spec import Options
+
+    assert Options().model_dump() == {p.name: p.default for p in nested.PARAMS}
+    assert Options(live=50, dlogz="0.5").model_dump()["dlogz"] == 0.5
+
+
+def test_the_cli_and_the_run_kind_share_their_facts():
+    from runs.nested import facts
+
+    target, result = run("gaussian")
+    found = facts("gaussian", target.log_z, result)
+    assert found["log_z"] == result.log_z and found["efficiency"] == result.efficiency
+    assert found["errors_off"] == pytest.approx((result.log_z - target.log_z) / result.log_z_error)
+    assert facts("custom", None, result)["errors_off"] is None

@@ -108,14 +108,20 @@ def run_choices(records) -> dict[str, str]:
     """Runs for ``watch``: id -> id, target, sampler, chains x steps. No status, as in
     ``run_label``: a selectbox keeps its first label, so it would stay "queued"."""
     return {
-        r.id: f"{r.id} · {table.target(r.spec)} · {table.method(r.spec)} · "
-        + (
-            f"{r.spec['vi']['epochs']} epochs"
-            if r.spec.get("kind") == "vi"
-            else f"{r.spec['chains']} chains × {r.spec['steps']} steps"
-        )
+        r.id: f"{r.id} · {table.target(r.spec)} · {table.method(r.spec)} · " + _size(r.spec)
         for r in records
     }
+
+
+def _size(spec: dict) -> str:
+    """A run's size in its own units: epochs of a fit, live points of nested sampling, chains
+    and steps of a sampling run."""
+    kind = spec.get("kind")
+    if kind == "vi":
+        return f"{spec['vi']['epochs']} epochs"
+    if kind == "nested":
+        return f"{(spec.get('nested') or {}).get('live', '?')} live points"
+    return f"{spec['chains']} chains × {spec['steps']} steps"
 
 
 def delete_button(label: str, key: str, delete):
@@ -183,7 +189,7 @@ def verdict_box(verdict: dict, status: str = "completed") -> None:
     word = verdict["status"]
     head = f"{status.capitalize()} · verdict **{word}**: {VERDICT_TEXT[word]}."
     lines = [
-        f"- **{s['code']}** ({s['status']}): {plain(s['message'])}."
+        f"- **{plain(s['code'])}** ({plain(s['status'])}): {plain(s['message'])}."
         + (f" *Try:* {plain(s['try'])}." if s["try"] else "")  # a warning's advice is its message
         for s in verdict["signals"]
     ]
@@ -233,7 +239,7 @@ def run_status(record: RunRecord) -> None:
             )
         for warning in summary.get("warnings", []):  # known biases, no acceptance
             if warning["code"] != "all_diverged":  # said above, with what to try
-                st.warning(f"Completed, but {warning['message']}.", icon=WARNING)
+                st.warning(f"Completed, but {plain(warning['message'])}.", icon=WARNING)
         if not diverged and not summary.get("warnings"):
             st.success("Run completed.", icon=DONE)
     elif record.status in HINTS:

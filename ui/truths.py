@@ -22,7 +22,8 @@ from .widgets import kept, number_field, spec_error
 
 def sampler_defaults(spec) -> dict:
     """A potential page's defaults for kernel ``spec``: auto where the kernel adapts its step
-    (samplers.warmup), else 0.1 (the registry's 1e-3 suits networks; toys mix visibly at 0.1)."""
+    (samplers.warmup; MCLMC's tuner, samplers.mclmc_tune), else 0.1 (the registry's 1e-3 suits
+    networks; toys mix visibly at 0.1)."""
     has = {p.name: p for p in spec.params}
     step = has.get("step_size")
     return {"step_size": "auto" if step is not None and step.auto else 0.1}
