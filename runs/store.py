@@ -40,12 +40,18 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from runs import store_check
 from runs.liveness import alive as _alive
+from runs.store_check import STATUSES
 from runs.store_chunks import _RUN_SCHEMA, ChunkFiles, _add_checksums
 from runs.store_db import (
+    BUSY_TIMEOUT_S,
     DamagedStore,
+    LostClaim,
+    NotResumable,
     StoreError,
     _connect,
+    _damage,
     _is_damage,
     _names_damage,
     _tx,
@@ -53,20 +59,25 @@ from runs.store_db import (
 )
 from runs.store_export import Exports
 
-STATUSES = ("queued", "running", "completed", "cancelled", "failed", "interrupted")
 FINAL = ("completed", "cancelled", "failed", "interrupted")
+RESUMABLE = ("interrupted", "cancelled")  # what a resume (the Runs page, `jobs resume`) takes
+REQUEUABLE = (*RESUMABLE, "failed")  # and a sweep's retry
 OPEN_RUN_FILES = 16  # per thread; a sweep's many runs must not exhaust file descriptors
 
 _META_SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, spec TEXT NOT NULL, status TEXT NOT NULL, created REAL NOT NULL,
     started REAL, finished REAL, progress TEXT NOT NULL, error TEXT, summary TEXT,
-    worker_pid INTEGER, heartbeat REAL, cancel_requested INTEGER NOT NULL DEFAULT 0);
+    worker_pid INTEGER, heartbeat REAL, cancel_requested INTEGER NOT NULL DEFAULT 0,
+    claim TEXT);
 CREATE INDEX IF NOT EXISTS runs_status ON runs (status, created);
 CREATE TABLE IF NOT EXISTS sweeps (
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, spec TEXT NOT NULL, cells TEXT NOT NULL,
     created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
 """
+# claim: a random token each claim of a run draws (claim, hold); its writer's writes check it,
+# so a writer whose run was taken over (interrupted, then resumed elsewhere) writes nothing more
 _COLUMNS = (
     "id, spec, status, created, started, finished, progress, error, summary, worker_pid, "
     "heartbeat, cancel_requested"
@@ -108,6 +119,8 @@ class RunRecord:
     def _from_row(cls, row: tuple) -> RunRecord:
         """ValueError naming the field when a JSON field is not the object it must be."""
         values = list(row)  # in _COLUMNS order; spec, progress and summary are JSON objects
+        if problem := store_check.row_problem(values):
+            raise ValueError(problem)
         for i, field in ((1, "spec"), (6, "progress"), (8, "summary")):
             if values[i] is None and field == "summary":
                 continue
@@ -141,13 +154,33 @@ class Store(ChunkFiles, Exports):
         self.home = store_home(home)
         self._pid = os.getpid()
         self._local = threading.local()
+        self._claims: dict[str, str] = {}  # run id -> the token of this Store's claim of it
+        try:
+            self._open()
+        except BaseException:
+            if hasattr(self._local, "db"):  # a Store that cannot serve keeps no connection open
+                self._local.db.close()
+            raise
+
+    def _open(self) -> None:
+        """The home made, basin.sqlite checked (never re-initialised beside runs it lost) and
+        its schema brought up to date; StoreError saying what is wrong otherwise."""
         try:
             (self.home / "runs").mkdir(parents=True, exist_ok=True)
-            self._db().executescript(_META_SCHEMA)  # IF NOT EXISTS: safe from any process
+            store_check.refuse_lost_file(self.home)  # never re-initialised silently
+            db = self._db()
+            store_check.refuse_lost_tables(self.home, db)
+            db.executescript(_META_SCHEMA)  # IF NOT EXISTS: safe from any process
+            if "claim" not in {row[1] for row in db.execute("PRAGMA table_info(runs)")}:
+                with contextlib.suppress(sqlite3.OperationalError):  # another process did
+                    db.execute("ALTER TABLE runs ADD COLUMN claim TEXT")
+            store_check.date_index(db)
+            store_check.refuse_recreated(self.home, db)
         except (OSError, sqlite3.Error) as exc:
             if _is_damage(exc):
-                meta = self.home / "basin.sqlite"
-                raise StoreError(f"{meta} is damaged ({exc}); no run can be read from it") from None
+                what = _damage(self.home / "basin.sqlite", exc)
+                end = "; no run can be read from it" if what.endswith(")") else ""
+                raise StoreError(what + end) from None
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise StoreError(
                 f"BASIN_HOME: cannot keep runs in {self.home} ({reason}); set BASIN_HOME to a "
@@ -255,17 +288,52 @@ class Store(ChunkFiles, Exports):
                 (run_id, spec_json, "queued", time.time(), json.dumps(queued)),
             )
             if held_by is not None:
-                self._hold(db, run_id, held_by)
+                token = self._hold(db, run_id, held_by)
+        if held_by is not None:
+            self._claims[run_id] = token
         return run_id
 
     @staticmethod
-    def _hold(db: sqlite3.Connection, run_id: str, pid: int) -> None:
-        now = time.time()
+    def _hold(db: sqlite3.Connection, run_id: str, pid: int) -> str:
+        """The run running under ``pid`` with a new claim; returns the claim's token."""
+        now, token = time.time(), secrets.token_hex(8)
         db.execute(
             "UPDATE runs SET status = 'running', started = ?, finished = NULL, worker_pid = ?, "
-            "heartbeat = ?, error = NULL, cancel_requested = 0 WHERE id = ?",
-            (now, pid, now, run_id),
+            "heartbeat = ?, error = NULL, cancel_requested = 0, claim = ? WHERE id = ?",
+            (now, pid, now, token, run_id),
         )
+        return token
+
+    def _claimed(self, run_id: str, token: str) -> None:
+        """This Store now writes the run: its writes check ``token``. First, a write of the
+        run's previous writer still in flight ends (the index's write lock is taken once), so
+        the records this writer finds are final: every later write of the old one is refused."""
+        self._claims[run_id] = token
+        deadline = time.monotonic() + 6 * BUSY_TIMEOUT_S
+        while True:
+            try:
+                with _tx(self._run(run_id)):
+                    return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    return
+            except (KeyError, StoreError, sqlite3.DatabaseError):  # its own run reports those
+                return
+
+    def _check_claim(self, run_id: str, db: sqlite3.Connection | None = None) -> None:
+        """LostClaim when this Store claimed the run and the claim is no longer its own."""
+        token = self._claims.get(run_id)
+        if token is None:
+            return
+        sql = "SELECT claim, worker_pid FROM runs WHERE id = ?"
+        row = (db or self._db()).execute(sql, (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"unknown run {run_id!r}")
+        if row[0] != token:
+            raise LostClaim(
+                f"run {run_id} was taken over (resumed by process {row[1]}); this process "
+                "stopped without writing more"
+            )
 
     @_names_damage(per_run=False)
     def hold(
@@ -280,7 +348,8 @@ class Store(ChunkFiles, Exports):
             row = db.execute(sql, (run_id,)).fetchone()
             if row is None or row[0] not in statuses or holder not in (None, row[1]):
                 return False
-            self._hold(db, run_id, pid)
+            token = self._hold(db, run_id, pid)
+        self._claimed(run_id, token)
         return True
 
     def _record(self, row: tuple) -> RunRecord | DamagedStore:
@@ -291,8 +360,11 @@ class Store(ChunkFiles, Exports):
             return DamagedStore(f"run {row[0]}: {exc} in {where}", row[0])
 
     @_names_damage(per_run=False)
-    def get(self, run_id: str) -> RunRecord:
-        """The run's record; DamagedStore when its row is damaged."""
+    def get(self, run_id: str, owned: bool = False) -> RunRecord:
+        """The run's record; DamagedStore when its row is damaged. ``owned`` (a writer between
+        blocks): LostClaim once the run was taken over."""
+        if owned:
+            self._check_claim(run_id)
         row = self._db().execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise KeyError(f"unknown run {run_id!r} in {self.home / 'basin.sqlite'}")
@@ -318,7 +390,10 @@ class Store(ChunkFiles, Exports):
 
     @_names_damage(per_run=False)
     def _update(self, run_id: str, sql: str, args: tuple = ()) -> None:
+        """One UPDATE of the run; LostClaim (nothing written) once this Store's claim of it is
+        no longer its own."""
         with _tx(self._db()) as db:
+            self._check_claim(run_id, db)
             if db.execute(f"UPDATE runs SET {sql} WHERE id = ?", (*args, run_id)).rowcount == 0:
                 raise KeyError(f"unknown run {run_id!r}")
 
@@ -339,11 +414,13 @@ class Store(ChunkFiles, Exports):
                 ).fetchone()
                 if row is None:
                     return None
+                token = secrets.token_hex(8)
                 db.execute(
                     "UPDATE runs SET status = 'running', started = ?, finished = NULL, "
-                    "worker_pid = ?, heartbeat = ?, error = NULL WHERE id = ?",
-                    (now, worker_pid, now, row[0]),
+                    "worker_pid = ?, heartbeat = ?, error = NULL, claim = ? WHERE id = ?",
+                    (now, worker_pid, now, token, row[0]),
                 )
+            self._claimed(row[0], token)
             try:
                 return self.get(row[0])
             except DamagedStore as exc:
@@ -358,23 +435,44 @@ class Store(ChunkFiles, Exports):
 
     def finish(
         self, run_id: str, status: str, error: str | None = None, summary: dict | None = None
-    ) -> None:
+    ) -> bool:
+        """The run's end: its status, error and summary. False, with nothing written, when this
+        Store's claim of the run was taken over (its new writer ends it)."""
         if status not in FINAL:
             raise ValueError(f"finish status must be one of {FINAL}, got {status!r}")
         summary_json = None if summary is None else json.dumps(summary)
-        self._update(
-            run_id,
-            "status = ?, finished = ?, error = ?, summary = ?",
-            (status, time.time(), error, summary_json),
-        )
+        try:
+            self._update(
+                run_id,
+                "status = ?, finished = ?, error = ?, summary = ?",
+                (status, time.time(), error, summary_json),
+            )
+        except LostClaim:
+            return False
+        return True
 
-    def requeue(self, run_id: str) -> None:
-        """Back to queued for a worker to resume; progress and recorded arrays are kept."""
-        self._update(
-            run_id,
-            "status = 'queued', started = NULL, finished = NULL, error = NULL, worker_pid = NULL,"
-            " heartbeat = NULL, cancel_requested = 0",
-        )
+    @_names_damage(per_run=False)
+    def requeue(self, run_id: str, statuses: tuple[str, ...] = REQUEUABLE) -> bool:
+        """Back to queued for a worker to resume, if its status is one of ``statuses`` (in one
+        transaction: a second click or tab finds it queued or running); progress and recorded
+        arrays are kept. False if it was queued already; NotResumable if it is running or
+        ended otherwise (completed: nothing to resume)."""
+        with _tx(self._db()) as db:
+            row = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown run {run_id!r}")
+            if row[0] == "queued":
+                return False
+            if row[0] not in statuses:
+                allowed = ", ".join(statuses[:-1]) + f" or {statuses[-1]}"
+                raise NotResumable(f"run {run_id} is {row[0]}; only {allowed} runs can be resumed")
+            db.execute(
+                "UPDATE runs SET status = 'queued', started = NULL, finished = NULL, error = NULL,"
+                " worker_pid = NULL, heartbeat = NULL, cancel_requested = 0, claim = NULL "
+                "WHERE id = ?",
+                (run_id,),
+            )
+        return True
 
     @_names_damage(per_run=False)
     def request_cancel(self, run_id: str) -> None:
@@ -399,6 +497,8 @@ class Store(ChunkFiles, Exports):
                 "SELECT id, worker_pid, heartbeat, started FROM runs WHERE status = 'running'"
             ).fetchall()
             for run_id, pid, beat, started in rows:
+                if not all(isinstance(v, (int, float, type(None))) for v in (pid, beat, started)):
+                    continue  # a row of the wrong types: `check` and `list` name it
                 age = now - (beat or started or now)
                 gone = pid is not None and not alive(pid)
                 if age <= timeout_s and not gone:
@@ -419,6 +519,7 @@ class Store(ChunkFiles, Exports):
             if db.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount == 0:
                 raise KeyError(f"unknown run {run_id!r}")
         self._forget(run_id)
+        self._claims.pop(run_id, None)
         path = self._path(run_id)
         for suffix in ("", "-wal", "-shm"):
             path.with_name(path.name + suffix).unlink(missing_ok=True)
@@ -470,24 +571,8 @@ class Store(ChunkFiles, Exports):
     # -- damage ------------------------------------------------------------------------------
 
     def check(self) -> list[str]:
-        """What is damaged, one line each naming the file or run: basin.sqlite, runs' rows,
-        their indexes, side arrays and records (every chunk's checksum: reads every byte)."""
-        try:
-            problems = self._check_meta()
-            entries = self.entries()
-        except DamagedStore as exc:
-            return [str(exc)]
-        for entry in entries:
-            if isinstance(entry, DamagedStore):
-                problems.append(str(entry))
-            run_id = entry.run_id if isinstance(entry, DamagedStore) else entry.id
-            try:
-                problems += self._check_run(run_id)
-            except DamagedStore as exc:
-                problems.append(str(exc))
-            except KeyError as exc:  # its index is gone
-                problems.append(f"run {run_id}: {exc.args[0]}")
-        return problems
+        """What is damaged, one line each naming the file or run (``runs.store_check``)."""
+        return store_check.check(self)
 
     @_names_damage(per_run=False)
     def _check_meta(self) -> list[str]:

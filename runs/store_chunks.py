@@ -164,7 +164,8 @@ def _add_checksums(conn: sqlite3.Connection, run_id: str, path: Path) -> None:
 
 class ChunkFiles:
     """The Store's recorded arrays (``runs.store.Store`` holds the connections it uses: ``_run``,
-    ``_path``, ``_data_path`` and ``_appender``)."""
+    ``_path``, ``_data_path`` and ``_appender``, and ``_check_claim``: a writer's append checks,
+    under the index's write lock, that the run is still its own)."""
 
     @_names_damage(per_run=True)
     def array_names(self, run_id: str) -> list[str]:
@@ -208,6 +209,7 @@ class ChunkFiles:
             raise ValueError(f"chunk arrays must share one leading length, got {lengths}")
         n = lengths.pop()
         with _tx(self._run(run_id)) as conn:
+            self._check_claim(run_id)  # a writer whose run was taken over appends nothing
             end = self._end(conn, table)
             if step != end:
                 raise ValueError(f"run {run_id}: chunk starts at {step}, expected {end}")
@@ -333,6 +335,7 @@ class ChunkFiles:
     def put_array(self, run_id: str, name: str, array: np.ndarray) -> None:
         """A side array (projection, snapshots, w0) replaced as a whole, in one transaction."""
         with _tx(self._run(run_id)) as conn:
+            self._check_claim(run_id)
             conn.execute("INSERT OR REPLACE INTO arrays VALUES (?, ?, ?, ?)", (name, *_blob(array)))
 
     @_names_damage(per_run=True)

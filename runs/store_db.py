@@ -12,6 +12,7 @@ from pathlib import Path
 
 BUSY_TIMEOUT_S = 10.0
 _DAMAGE_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB: the file, not the query, is wrong
+_IOERR = 10  # SQLITE_IOERR: e.g. a write-ahead log cut short under an index (-shm) that lists it
 
 
 def store_home(home: str | os.PathLike | None = None) -> Path:
@@ -33,6 +34,20 @@ class DamagedStore(StoreError, ValueError):
         self.run_id = run_id
 
 
+class NotResumable(StoreError, ValueError):
+    """A requeue or resume of a run that is not interrupted or cancelled (or failed, where the
+    caller allows it): running, queued, completed. The message says which."""
+
+
+class LostClaim(KeyError):
+    """The run this writer claimed was taken over (resumed by another process after it was
+    marked interrupted): the writer stops without writing a record, a status or a summary. A
+    KeyError, as for a run deleted under its writer: every writer already stops quietly on it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class CorruptRecords(DamagedStore):
     """Chunks of a run whose bytes are damaged: ``ranges`` of (first, last, why), record indices
     of ``series``, both ends included."""
@@ -50,15 +65,20 @@ def _connect(path: Path, create: bool) -> sqlite3.Connection:
     # Switching a new file to WAL takes an exclusive lock without SQLite's busy handler, so two
     # processes opening a fresh store at once can see "database is locked": wait it out.
     deadline = time.monotonic() + BUSY_TIMEOUT_S
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            break
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-    conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: never corrupt, at most the last tx
+    try:
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        # WAL + NORMAL: never corrupt, at most the last transaction lost
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except BaseException:
+        conn.close()  # not left open by the error's traceback: it would hold the file's locks
+        raise
     return conn
 
 
@@ -74,9 +94,30 @@ def _tx(conn: sqlite3.Connection, mode: str = "IMMEDIATE"):
     conn.execute("COMMIT")
 
 
+def _code(exc: BaseException) -> int:
+    """Sqlite's primary result code (extended codes keep it in their low byte); 0 if none."""
+    code = getattr(exc, "sqlite_errorcode", 0) or 0
+    return code & 0xFF if isinstance(exc, sqlite3.DatabaseError) else 0
+
+
 def _is_damage(exc: BaseException) -> bool:
-    code = getattr(exc, "sqlite_errorcode", 0) or 0  # extended codes keep the primary's low byte
-    return isinstance(exc, sqlite3.DatabaseError) and code & 0xFF in _DAMAGE_CODES
+    return _code(exc) in _DAMAGE_CODES or _code(exc) == _IOERR
+
+
+def _damage(path: Path, exc: BaseException) -> str:
+    """What is wrong with the SQLite file ``path``, in words: damaged, or (an I/O error) its
+    write-ahead log unreadable."""
+    wal = path.with_name(path.name + "-wal")
+    if _code(exc) == _IOERR and wal.exists():
+        return (
+            f"{wal}: the write-ahead log of {path.name} cannot be read ({exc}): it was cut "
+            f"short or overwritten while {path.name}-shm still indexes it; stop every process "
+            "using this store (the app, workers) so that SQLite rebuilds its index, then run "
+            "`python -m jobs check`"
+        )
+    if _code(exc) == _IOERR:
+        return f"{path} cannot be read ({exc}): the disk or the file is failing"
+    return f"{path} is damaged ({exc})"
 
 
 def _names_damage(per_run: bool):
@@ -93,9 +134,9 @@ def _names_damage(per_run: bool):
                     raise
                 if per_run:
                     run_id = args[0] if args else kwargs["run_id"]
-                    where = f"run {run_id}: its index {self._path(run_id)}"
-                    raise DamagedStore(f"{where} is damaged ({exc})", run_id) from None
-                raise DamagedStore(f"{self.home / 'basin.sqlite'} is damaged ({exc})") from None
+                    what = _damage(self._path(run_id), exc)
+                    raise DamagedStore(f"run {run_id}: its index {what}", run_id) from None
+                raise DamagedStore(_damage(self.home / "basin.sqlite", exc)) from None
 
         return guarded
 

@@ -93,7 +93,7 @@ def run_one(store: Store, record, threads: int | None = None, prepare: bool = Fa
             stop = cancelled(store, record.id)
             summary = execute(spec, store, record.id, stop, prepare=prepare)
             store.finish(record.id, summary["status"], summary=summary)
-        except KeyError:  # the run was deleted while it ran: nothing left to report to
+        except KeyError:  # deleted while it ran, or taken over (LostClaim): nothing to report
             return
         except SpecError as exc:
             store.finish(record.id, "failed", error=str(exc))
@@ -116,10 +116,12 @@ def disk_full(exc: BaseException) -> bool:
 
 def cancelled(store: Store, run_id: str) -> Callable[[], bool]:
     """``execute``'s ``should_stop`` for a run in the store: true once a cancel was asked for
-    (``python -m jobs cancel``, the Runs page), when the run is marked cancelled at once."""
+    (``python -m jobs cancel``, the Runs page), when the run is marked cancelled at once.
+    LostClaim (a KeyError: the writer stops, writing nothing more) once the run was taken over
+    by another process (interrupted, then resumed there)."""
 
     def stop() -> bool:  # asked between blocks: the sampling stops here, the summary follows
-        if store.get(run_id).cancel_requested:
+        if store.get(run_id, owned=True).cancel_requested:
             store.finish(run_id, "cancelled")
             return True
         return False

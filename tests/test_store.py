@@ -81,7 +81,11 @@ def test_status_transitions(tmp_path):
     store.finish(a, "completed", summary={"llc": 1.5})
     run = store.get(a)
     assert run.status == "completed" and run.summary == {"llc": 1.5} and run.finished is not None
-    store.requeue(a)
+    with pytest.raises(StoreError, match="is completed; only interrupted, cancelled or failed"):
+        store.requeue(a)  # nothing to resume
+    assert store.get(a).summary == {"llc": 1.5}
+    store.finish(a, "interrupted")
+    assert store.requeue(a) is True
     assert store.get(a).status == "queued" and store.get(a).progress["steps_done"] == 5
     # a requeued run keeps its place: it is still the oldest
     assert store.claim(1).id == a and store.claim(1).id == b and store.claim(1) is None
@@ -497,3 +501,128 @@ def test_export_before_any_records(tmp_path):
     _fill(store, run_id, [2])
     idata = xr.open_datatree(store.export_netcdf(run_id, tmp_path / "late.nc", burn_in=5))
     assert idata.posterior["position"].shape == (CHAINS, 0, DIM)
+
+
+# -- a lost run index (issue 60, item B) -----------------------------------------------------
+
+
+def _store_with_runs(home, count=2):
+    """A store of ``count`` runs with records, their files dated a minute back."""
+    store = Store(home)
+    ids = [store.create({"i": i}) for i in range(count)]
+    for run_id in ids:
+        _fill(store, run_id, [4])
+    store.close()
+    old = time.time() - 60
+    for path in (home / "runs").iterdir():
+        os.utime(path, (old, old))
+    return ids
+
+
+def _one_line(out):
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    return lines[0]
+
+
+def test_an_empty_basin_sqlite_beside_run_files_is_reported_never_reinitialised(tmp_path):
+    from clitest import jobs
+
+    _store_with_runs(tmp_path)
+    meta = tmp_path / "basin.sqlite"
+    for suffix in ("-wal", "-shm"):
+        meta.with_name(meta.name + suffix).unlink(missing_ok=True)
+    meta.write_bytes(b"")  # `: > basin.sqlite`
+    for command in ("list", "check"):
+        out = jobs(tmp_path, command)
+        line = _one_line(out)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert f"{meta} is empty (0 bytes)" in line and "holds 2 runs' files" in line
+        assert "restore basin.sqlite from a backup" in line
+    with pytest.raises(StoreError, match="is empty"):
+        Store(tmp_path)
+    assert meta.stat().st_size == 0  # nothing re-initialised it
+
+
+def test_a_missing_or_recreated_basin_sqlite_beside_run_files_is_reported(tmp_path):
+    import sqlite3
+
+    _store_with_runs(tmp_path)
+    meta = tmp_path / "basin.sqlite"
+    for suffix in ("", "-wal", "-shm"):
+        meta.with_name(meta.name + suffix).unlink(missing_ok=True)
+    with pytest.raises(StoreError, match=r"basin.sqlite is missing but .* holds 2 runs' files"):
+        Store(tmp_path)
+    assert not meta.exists()
+    with sqlite3.connect(meta) as db:  # recreated, as Basin itself did before: empty tables
+        db.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, spec TEXT, status TEXT, "
+                   "created REAL, started REAL, finished REAL, progress TEXT, error TEXT, "
+                   "summary TEXT, worker_pid INTEGER, heartbeat REAL, "
+                   "cancel_requested INTEGER NOT NULL DEFAULT 0)")  # fmt: skip
+    with pytest.raises(StoreError, match=r"lists no runs .* holds 2 runs' files"):
+        Store(tmp_path)
+
+
+def test_a_new_store_and_a_run_being_created_are_not_damage(tmp_path):
+    store = Store(tmp_path)
+    store._run("20990101-000000000-abcd", create=True)  # its row not written yet
+    Store(tmp_path)  # opens: the file is younger than the index
+    assert store.check() == []
+
+
+def test_a_garbage_write_ahead_log_is_named_not_blamed_on_permissions(tmp_path):
+    _store_with_runs(tmp_path)
+    holder = subprocess.Popen(  # the app, still open: its -shm indexes the log's frames
+        [sys.executable, "-c", HOLDER, str(tmp_path / "basin.sqlite")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "2"  # it sees both runs, through the log
+        wal = tmp_path / "basin.sqlite-wal"
+        wal.write_bytes(b"garbage")
+        with pytest.raises(StoreError) as caught:
+            Store(tmp_path)
+    finally:
+        holder.communicate("", timeout=30)
+    message = str(caught.value)
+    assert str(wal) in message and "write-ahead log" in message
+    assert "BASIN_HOME" not in message and "this user can write" not in message
+    assert len(Store(tmp_path).list()) == 2  # the holder gone, SQLite drops the bad log
+
+
+HOLDER = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("CREATE TABLE held (a)")  # the schema, read by every opening, is in the log now
+print(db.execute("SELECT count(*) FROM runs").fetchone()[0], flush=True)
+sys.stdin.read()
+"""
+
+
+def test_check_lists_orphaned_run_files_lost_sweep_runs_and_rows_of_wrong_types(tmp_path):
+    import sqlite3
+
+    from clitest import jobs
+
+    a, b, c = _store_with_runs(tmp_path, 3)
+    store = Store(tmp_path)
+    sweep_id = store.create_sweep("dln", {}, [{"run_id": a}, {"run_id": b}])
+    store.claim(os.getpid())  # a is running
+    with sqlite3.connect(tmp_path / "basin.sqlite") as db:
+        db.execute("DELETE FROM runs WHERE id = ?", (b,))  # its row lost, its files kept
+        db.execute("UPDATE runs SET heartbeat = 'soon' WHERE id = ?", (a,))
+        db.execute("UPDATE runs SET created = 'yesterday' WHERE id = ?", (c,))
+    problems = store.check()
+    assert any(f"run {b}: its files in" in p and "have no row in basin.sqlite" in p
+               for p in problems), problems  # fmt: skip
+    assert any(f"sweep {sweep_id}: 1 of its 2 runs ({b})" in p for p in problems), problems
+    assert any(f"run {a}: its heartbeat is text ('soon')" in p for p in problems), problems
+    assert any(f"run {c}: its created is text ('yesterday')" in p for p in problems), problems
+    out = jobs(tmp_path, "check")
+    assert out.returncode == 1 and b in out.stdout and "Traceback" not in out.stderr
+    listed = jobs(tmp_path, "list")  # the rows of wrong types are listed as damaged
+    assert listed.returncode == 0, listed.stderr
+    assert f"{a}  damaged" in listed.stdout and f"{c}  damaged" in listed.stdout
