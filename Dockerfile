@@ -30,5 +30,9 @@ COPY . .
 VOLUME /data
 EXPOSE 8501
 # Inside a container the server must listen on all interfaces for -p to reach it; outside one,
-# .streamlit/config.toml keeps it on 127.0.0.1.
+# .streamlit/config.toml keeps it on 127.0.0.1. A browser must still name the server by one of
+# server.allowedHosts (config.toml: localhost, 127.0.0.1, ::1; against DNS rebinding), so the
+# host's http://localhost:8501 works. Serving a class: list the names students type, e.g.
+#   docker run -p 8501:8501 -e STREAMLIT_SERVER_ALLOWED_HOSTS="class.example.edu localhost" ...
+# Everyone who reaches the app sees, cancels and deletes every run in /data (docs/teaching.md).
 CMD ["python3", "-m", "streamlit", "run", "app.py", "--server.address=0.0.0.0", "--server.port=8501"]

@@ -19,6 +19,7 @@ except StoreError as exc:  # every page needs the store: say why there is none, 
     st.error(ui.plain(str(exc)), icon=ui.WARNING)  # the path comes from the environment
     st.stop()
 ui.sidebar()
+shell.shared_notice()  # bound beyond 127.0.0.1: every session sees and changes every run
 page = shell.navigation()
 ui.keep_values()  # before the page: its setup outlives a visit to another page
 page.run()

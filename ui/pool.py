@@ -9,13 +9,13 @@ import time
 import streamlit as st
 
 from runs.budget import check_budget
-from runs.pool import ensure_supervisor, supervisor_pid
+from runs.pool import NO_WORKER, ensure_supervisor, supervisor_pid, unserved
 from runs.spec import SpecError, parse_spec
 from runs.store import Store
 from runs.worker import cores
 
 from .live import run_label
-from .widgets import spec_error
+from .widgets import DONE, WARNING, plain, spec_error
 
 
 def open_page(title: str, caption: str) -> Store:
@@ -65,7 +65,9 @@ def submit(spec: dict) -> str | None:
         spec_error(exc)
         return None
     ensure_pool()
-    return store().create(run.model_dump(mode="json"))
+    run_id = store().create(run.model_dump(mode="json"))
+    confirm([run_id])
+    return run_id
 
 
 def submit_group(specs: list[dict], shown_key: str) -> list[str]:
@@ -73,15 +75,44 @@ def submit_group(specs: list[dict], shown_key: str) -> list[str]:
     checked first, so one bad spec queues none; the ids go to ``st.session_state[shown_key]``
     (the group the page shows) and the page waits briefly for their first records."""
     try:
-        for spec in specs:
-            check_budget(parse_spec(spec))
+        runs = [parse_spec(spec) for spec in specs]
+        for run in runs:
+            check_budget(run)
     except SpecError as exc:
         spec_error(exc)
         return []
-    ids = [i for i in (submit(spec) for spec in specs) if i]
+    ensure_pool()
+    ids = [store().create(run.model_dump(mode="json")) for run in runs]
+    confirm(ids)
     st.session_state[shown_key] = ",".join(ids)
     await_first_records(ids)
     return ids
+
+
+QUEUED = "pool.queued"  # what this tab's Run buttons queued: {"count", "last", "at"}
+
+
+def confirm(run_ids: list[str]) -> None:
+    """Say that a click queued runs, at once (a toast) and until the next one (the sidebar):
+    a click sent while the browser was disconnected never reaches the server, so no page can
+    report it; a click with no confirmation, or a count that did not grow, is one that was lost.
+    """
+    if not run_ids:
+        return
+    shown = st.session_state.get(QUEUED) or {"count": 0}
+    at = time.strftime("%H:%M:%S")
+    count = shown["count"] + len(run_ids)
+    st.session_state[QUEUED] = {"count": count, "last": run_ids[-1], "at": at}
+    what = f"run {run_ids[0]}" if len(run_ids) == 1 else f"{len(run_ids)} runs"
+    st.toast(f"Queued {what} at {at} ({count} from this tab)", icon=DONE)
+
+
+def worker_notice() -> None:
+    """A warning when runs are queued and no worker runs to take them (the app's server was
+    killed, or BASIN_NO_WORKERS=1 and nobody serves the store)."""
+    waiting = unserved(store())
+    if waiting:
+        st.warning(f"{waiting} run{'s' if waiting > 1 else ''} {NO_WORKER}", icon=WARNING)
 
 
 FIRST_RECORDS_S = 0.6  # how long a page waits, right after Run, for a run's first records
@@ -112,15 +143,21 @@ def sidebar() -> None:
     @st.fragment(run_every=2.0)
     def badge() -> None:
         s = store()
+        if unserved(s) and os.environ.get("BASIN_NO_WORKERS") != "1":
+            ensure_pool()  # the pool died while the app lives: a new one takes the queue
         running, queued = s.list("running"), len(s.list("queued"))
         pid = supervisor_pid(s)
         st.caption(f"**Device** {device_name()}")
         st.caption(f"**Workers** {'running (pid ' + str(pid) + ')' if pid else 'stopped'}")
         st.caption(f"**Runs** {len(running)} running, {queued} queued")
+        worker_notice()
+        if mine := st.session_state.get(QUEUED):
+            runs = f"{mine['count']} run{'s' if mine['count'] > 1 else ''}"
+            st.caption(f"**Queued from this tab** {runs}, the last {mine['last']} at {mine['at']}")
         for record in running[:8]:  # side by side: one per core
             done = record.progress.get("steps_done") or 0
             total = record.progress.get("steps_total") or record.spec.get("steps") or 1
-            st.caption(f"{run_label(record)} · {min(100, 100 * done // total)}%")
+            st.caption(f"{plain(run_label(record))} · {min(100, 100 * done // total)}%")
 
     with st.sidebar:
         badge()

@@ -10,7 +10,13 @@ each page calls ``st.navigation`` with the shell's pages and reruns: the rerun i
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import sys
+
 import streamlit as st
+
+from .widgets import plain
 
 # (file, title, icon): the first is the default page.
 PAGES = (
@@ -42,3 +48,39 @@ def legacy_guard() -> None:
     if getattr(PagesManager, "uses_pages_directory", None):
         navigation()  # turns the legacy mode off for this process, as app.py's call does
         st.rerun()
+
+
+def exposure() -> str | None:
+    """What a server bound beyond this machine exposes, or None on a loopback address. Basin has
+    no accounts: a shared server shows every session every run of its store, to cancel or delete.
+    """
+    address = st.get_option("server.address") or "0.0.0.0"  # unset: every interface
+    if address == "localhost" or _loopback(address):
+        return None
+    hosts = ", ".join(st.get_option("server.allowedHosts") or []) or "any name"
+    home = os.environ.get("BASIN_HOME") or ".basin"
+    return (
+        f"Shared server: listening on {address}. Basin has no accounts: everyone who opens "
+        f"this app sees, cancels and deletes every run in its store ({home}). Browsers may "
+        f"reach it by the names {hosts} (server.allowedHosts)."
+    )
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:  # a host name: only "localhost" is known to stay on this machine
+        return False
+
+
+@st.cache_resource
+def _logged(text: str) -> None:
+    print(f"Basin: {text}", file=sys.stderr, flush=True)  # once per server, in its log
+
+
+def shared_notice() -> None:
+    """Where the server is shared, say so in the sidebar and, once, in the server's log."""
+    text = exposure()
+    if text:
+        _logged(text)
+        st.sidebar.warning(plain(text), icon=":material/group:")  # the path is the user's
