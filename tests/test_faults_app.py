@@ -111,17 +111,19 @@ def test_a_process_start_time_is_read_from_the_operating_system(form):
 # -- 9. user text is shown as typed, never as Markdown -----------------------------------------
 
 INJECTED = "step_size=![x](http://127.0.0.1:9/x.png) <img src=x> **bold** `c` $x$ & :red[r]"
-# every character Markdown (or Streamlit's LaTeX and colour directives) would act on, escaped
+# every character Markdown (or Streamlit's LaTeX and colour directives) would act on, escaped,
+# and an invisible word joiner where an autolink or a directive would start (ui.text.plain)
+WJ = "\u2060"
 ESCAPED = (
-    r"step\_size=!\[x\](http://127.0.0.1:9/x.png) \<img src=x> \*\*bold\*\* \`c\` \$x\$ \& "
-    r":red\[r\]"
+    rf"step\_size=!\[x\](http:{WJ}//127.0.0.1:{WJ}9/x.png) \<img src=x> \*\*bold\*\* \`c\` "
+    rf"\$x\$ \& :{WJ}red\[r\]"
 )
 
 
 def unescaped(markdown: str) -> str:
     """What CommonMark shows for text without markup: a backslash before ASCII punctuation
-    shows that character alone."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+    shows that character alone (and a word joiner shows nothing)."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace(WJ, "")
 
 
 def test_plain_escapes_what_markdown_would_act_on():

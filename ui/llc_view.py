@@ -15,7 +15,7 @@ from studies.predictive import predictive_rows
 from .live import Live, progress_bar, run_status, stop_polling
 from .pool import store
 from .truths import network_facts
-from .widgets import WARNING
+from .widgets import WARNING, plain
 
 
 def live_run(run_id: str) -> None:
@@ -51,7 +51,7 @@ def live_run(run_id: str) -> None:
             key=f"net.distance.{run_id}",
         )
         for w in llc.llc_warnings_so_far(record, data, info["dim"]):
-            st.warning(f"**{w['code']}** (so far): {w['message']}", icon=WARNING)
+            st.warning(f"**{plain(w['code'])}** (so far): {plain(w['message'])}", icon=WARNING)
     elif record.status not in FINAL:
         st.caption("Waiting for the first samples…")
     if record.status in FINAL:
@@ -70,7 +70,7 @@ def final_summary(record) -> None:
     c3.metric("true λ", number(est["true"]))
     c4.metric("d / 2 (largest possible λ)", number(est["dim"] / 2))
     for w in est["warnings"]:
-        st.warning(f"**{w['code']}**: {w['message']}", icon=WARNING)
+        st.warning(f"**{plain(w['code'])}**: {plain(w['message'])}", icon=WARNING)
     details = llc.llc_details(est)
     c1, c2 = st.columns(2)
     rows = len(details["quantity"]) + 1  # every row (35 px each, as Streamlit draws them)

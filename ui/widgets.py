@@ -5,13 +5,14 @@ allowed range, and never reach a run."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any, Literal, get_args, get_origin
 
 import streamlit as st
 
 from landscapes import Param, ParamError, Spec
 from runs.spec import LLCOptions
+
+from .text import plain  # the one escaping helper; pages and ui modules import it from here too
 
 LIST_HELP = "comma-separated, e.g. 1, 2"
 # Alert icons from Streamlit's bundled icon font: emoji need an emoji font on the viewer's machine
@@ -163,20 +164,6 @@ def spec_error(exc: Exception) -> None:
     st.error(f"**{field}**: {plain(head)}" if field else plain(head), icon=WARNING)
     if rest:
         st.code(rest, language=None)
-
-
-# What Markdown acts on anywhere in a line: emphasis, code, (Streamlit's) LaTeX, links, images
-# and colour directives ([ ]), HTML and autolinks (<), entities (&), table cells (|) ...
-INLINE = re.compile(r"([\\`*_~$\[\]<&|])")
-# ... and at a line's start: headings, quotes, lists and the rules under setext headings
-LINE_START = re.compile(r"^([ \t]*\d*)([#>+=.)-])", re.MULTILINE)
-
-
-def plain(text: str) -> str:
-    """Markdown that shows ``text`` as typed (a backslash before punctuation shows it alone):
-    for user text in Streamlit's Markdown elements, so that a run error echoing
-    '![x](http://...)' shows those characters and fetches nothing."""
-    return LINE_START.sub(r"\1\\\2", INLINE.sub(r"\\\1", text))
 
 
 def llc_option(name: str, key: str, default=None):
