@@ -19,11 +19,18 @@ All C chains are one call: ``torch.func.functional_call`` of the module, ``vmap`
 chains' flat parameter vectors (each unflattened to the named tensors), so a step costs batched
 matmuls, on any device. w0 is the module's own weights as built, or those of a ``checkpoint``:
 a ``torch.save``-d state dict read with ``torch.load(weights_only=True)`` (no code is run: a
-pickle that would run code is refused) or a ``.safetensors`` file.
+pickle that would run code is refused) or a ``.safetensors`` file, whose declared sizes (the
+archive's member sizes, or the file's) are checked against the module's before a byte of it is
+read (``checkpoint_limit``).
+
+The factory, its module and its loss are the user's code: whatever they raise (a bare
+``BaseException`` and a ``KeyboardInterrupt`` they raise themselves included) becomes one
+ParamError naming ``model.factory`` (``user_error``); only a real Ctrl-C passes as itself.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
 import hashlib
 import importlib
@@ -33,6 +40,7 @@ import os
 import pickle
 import re
 import sys
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,6 +57,43 @@ LOSSES = ("cross_entropy", "mse")
 SAFETENSORS = (".safetensors",)
 
 FIELD = "model"  # error field prefix: "model.factory", "model.checkpoint"
+# A checkpoint may declare at most this many bytes per number of the module (its parameters and
+# buffers), plus CHECKPOINT_SLACK: float64 weights (8 bytes) with an optimiser's state beside
+# them (Adam keeps two more tensors of each) fit; a zip bomb's gigabytes do not.
+CHECKPOINT_BYTES_PER_NUMBER = 32
+CHECKPOINT_SLACK = 4 * 2**20
+RAISES = {dis.opmap[name] for name in ("RAISE_VARARGS", "RERAISE") if name in dis.opmap}
+KINDS = {"U": "strings", "S": "bytes", "O": "objects"}  # numpy dtype kinds that are not numbers
+
+
+# ---------------------------------------------------------------------------------------------
+# The user's code failing.
+
+
+def raised_by_code(exc: BaseException) -> bool:
+    """Whether ``exc`` came from a ``raise`` statement: its innermost frame stopped at a raise
+    instruction. A KeyboardInterrupt from a real Ctrl-C (the SIGINT handler) stops at whatever
+    instruction ran when the signal was handled: a call, a jump, never a raise."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code.co_code
+    return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] in RAISES
+
+
+def user_error(exc: BaseException, what: str, field: str = f"{FIELD}.factory") -> ParamError:
+    """The ParamError for ``exc`` raised by the user's code (``what``: "X raised"), one line;
+    a KeyboardInterrupt from a real Ctrl-C is raised again as itself (the run is interrupted,
+    not failed)."""
+    if isinstance(exc, KeyboardInterrupt) and not raised_by_code(exc):
+        raise exc
+    if isinstance(exc, ParamError) and exc.field.startswith(f"{FIELD}."):
+        return exc  # said already (a check of ours inside the user's call)
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 300 else f"{text[:297]}..."
+    return ParamError(field, f"{what} {type(exc).__name__}" + (f": {text}" if text else ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,7 +102,9 @@ FIELD = "model"  # error field prefix: "model.factory", "model.checkpoint"
 
 def resolve_factory(ref: str) -> str:
     """``ref`` with a file path made absolute (so a stored run rebuilds from any directory);
-    a ParamError naming ``model.factory`` when it has no ``:name`` or the file is missing."""
+    a ParamError naming ``model.factory`` when it has no ``:name``. The file is not looked
+    for: a stored run's spec stays valid once its factory is moved (its records can still be
+    read and exported); building the model (``load_factory``) needs it."""
     where, sep, attr = str(ref).rpartition(":")
     if not sep or not where or not attr.isidentifier():
         raise ParamError(
@@ -65,16 +112,15 @@ def resolve_factory(ref: str) -> str:
             f"must be 'path/to/file.py:function' or 'package.module:function', got {ref!r}",
         )
     if where.endswith(".py"):
-        path = Path(where).expanduser().resolve()
-        if not path.is_file():
-            raise ParamError(f"{FIELD}.factory", f"no such file: {path}")
-        return f"{path}:{attr}"
+        return f"{Path(where).expanduser().resolve()}:{attr}"
     return f"{where}:{attr}"
 
 
 def load_factory(ref: str) -> Callable[[], Any]:
     """The factory function named by ``ref`` (``resolve_factory``'s forms)."""
     where, _, attr = resolve_factory(ref).rpartition(":")
+    if where.endswith(".py") and not os.path.isfile(where):
+        raise ParamError(f"{FIELD}.factory", f"no such file: {where}")
     try:
         if where.endswith(".py"):
             digest = hashlib.sha1(where.encode()).hexdigest()[:12]
@@ -85,10 +131,8 @@ def load_factory(ref: str) -> Callable[[], Any]:
             spec.loader.exec_module(module)
         else:
             module = importlib.import_module(where)
-    except Exception as exc:  # the user's code: any error, reported by name
-        raise ParamError(
-            f"{FIELD}.factory", f"importing {where} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+    except BaseException as exc:  # the user's code: any error, reported by name
+        raise user_error(exc, f"importing {where} failed:") from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ParamError(f"{FIELD}.factory", f"{where} has no function {attr!r}")
@@ -97,12 +141,11 @@ def load_factory(ref: str) -> Callable[[], Any]:
 
 def call_factory(ref: str) -> tuple[nn.Module, Tensor, Tensor, str | Callable]:
     """Call the factory and check what it returned: (module, inputs, targets, loss)."""
+    factory = load_factory(ref)
     try:
-        made = load_factory(ref)()
-    except ParamError:
-        raise
-    except Exception as exc:
-        raise ParamError(f"{FIELD}.factory", f"{ref} raised {type(exc).__name__}: {exc}") from exc
+        made = factory()
+    except BaseException as exc:
+        raise user_error(exc, f"{ref} raised") from exc
     shape = "(module, (inputs, targets), loss)"
     if not (isinstance(made, (tuple, list)) and len(made) == 3):
         raise ParamError(f"{FIELD}.factory", f"must return {shape}, got {type(made).__name__}")
@@ -115,7 +158,7 @@ def call_factory(ref: str) -> tuple[nn.Module, Tensor, Tensor, str | Callable]:
         raise ParamError(f"{FIELD}.factory", "the module has no parameters to sample")
     if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
         raise ParamError(f"{FIELD}.factory", f"must return {shape}: data as (inputs, targets)")
-    x, y = (torch.as_tensor(np.asarray(v)) if not isinstance(v, Tensor) else v for v in pair)
+    x, y = (as_numbers(v, what) for v, what in zip(pair, ("inputs", "targets"), strict=True))
     if x.ndim == 0 or y.ndim == 0 or x.shape[0] != y.shape[0] or x.shape[0] < 1:
         raise ParamError(
             f"{FIELD}.factory",
@@ -135,19 +178,78 @@ def call_factory(ref: str) -> tuple[nn.Module, Tensor, Tensor, str | Callable]:
     return module, x, y, loss
 
 
+def as_numbers(value: Any, what: str) -> Tensor:
+    """The factory's ``inputs`` or ``targets`` as a tensor of numbers (bool, integer or
+    floating); a ParamError naming ``model.factory`` for strings, objects or ragged lists."""
+    if not isinstance(value, Tensor):
+        try:
+            array = np.asarray(value)
+        except Exception as exc:  # ragged nesting, an object numpy cannot hold
+            raise user_error(exc, f"its {what} are not an array of numbers:") from None
+        if array.dtype.kind not in "biuf":
+            kind = KINDS.get(array.dtype.kind, "not numbers")
+            raise ParamError(
+                f"{FIELD}.factory",
+                f"its {what} must be numbers (bool, integer or float), got an array of "
+                f"{array.dtype} ({kind})",
+            )
+        value = torch.as_tensor(array)
+    if value.is_complex() or value.is_quantized:
+        raise ParamError(f"{FIELD}.factory", f"its {what} must be real numbers, got {value.dtype}")
+    return value
+
+
 # ---------------------------------------------------------------------------------------------
 # Checkpoints: weights only.
 
 
-def load_weights(path: str | os.PathLike) -> dict[str, Tensor]:
+def checkpoint_limit(module: nn.Module) -> int:
+    """The most bytes a checkpoint for ``module`` may declare (``CHECKPOINT_BYTES_PER_NUMBER``
+    a number of its parameters and buffers, plus ``CHECKPOINT_SLACK``)."""
+    numbers = sum(t.numel() for t in (*module.parameters(), *module.buffers()))
+    return CHECKPOINT_BYTES_PER_NUMBER * numbers + CHECKPOINT_SLACK
+
+
+def declared_bytes(path: Path) -> int:
+    """What reading the checkpoint at ``path`` would hold in memory, from its metadata only:
+    a zip archive's (torch.save's format) uncompressed member sizes, from its central
+    directory (torch allocates each record at its declared size, then inflates into it);
+    any other file (safetensors, torch's legacy format) its size on disk."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        zipped = f.read(4) == b"PK\x03\x04"
+    if not (zipped or zipfile.is_zipfile(path)):
+        return size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return max(size, sum(info.file_size for info in archive.infolist()))
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:  # torch reads no better
+        raise ParamError(
+            f"{FIELD}.checkpoint",
+            f"{path.name} is not a readable checkpoint archive ({type(exc).__name__}: {exc})",
+        ) from None
+
+
+def load_weights(path: str | os.PathLike, limit: int | None = None) -> dict[str, Tensor]:
     """A state dict from ``path``: safetensors, or ``torch.load(weights_only=True)``, which
     unpickles tensors and containers only (a pickle that would run code is refused). A dict
     holding the state dict under "state_dict" or "model_state_dict" (a training script's
-    checkpoint) is unwrapped."""
+    checkpoint) is unwrapped. With ``limit`` (``checkpoint_limit`` of the module), a file
+    declaring more bytes than that is refused before any of it is read: a zip bomb of 1.4 MB
+    declares its gigabytes in its central directory."""
     path = Path(path)
     field = f"{FIELD}.checkpoint"
     if not path.is_file():
         raise ParamError(field, f"no such file: {path}")
+    if limit is not None:
+        declared = declared_bytes(path)
+        if declared > limit:
+            raise ParamError(
+                field,
+                f"{path.name} declares {human(declared)} of data, over the {human(limit)} the "
+                f"module's weights could need ({CHECKPOINT_BYTES_PER_NUMBER} bytes a parameter "
+                f"or buffer, plus {human(CHECKPOINT_SLACK)}); refused before reading it",
+            )
     try:
         if path.suffix in SAFETENSORS:
             from safetensors.torch import load_file
@@ -176,6 +278,14 @@ def load_weights(path: str | os.PathLike) -> dict[str, Tensor]:
     if not isinstance(state, Mapping) or not all(isinstance(v, Tensor) for v in state.values()):
         raise ParamError(field, f"{path.name} must hold a state dict (names -> tensors)")
     return dict(state)
+
+
+def human(n: int) -> str:
+    """Bytes in words: 1.19 GB, 40 kB, 12 B."""
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
 
 
 def apply_weights(module: nn.Module, state: Mapping[str, Tensor], name: str) -> None:
@@ -211,13 +321,16 @@ class Model(Network):
     factory's (its ``loss_convention`` is "mean" for "mse": F.mse_loss)."""
 
     def __init__(self, module: nn.Module, x: Tensor, y: Tensor, loss: str | Callable):
-        module = module.eval()  # Dropout off, BatchNorm on its running statistics
         named = dict(module.named_parameters())
         layout = {key: tuple(p.shape) for key, p in named.items()}
-        with torch.no_grad():
-            probe = module(
-                x[:1].to(next(iter(named.values())).dtype) if x.is_floating_point() else x[:1]
-            )
+        try:
+            module = module.eval()  # Dropout off, BatchNorm on its running statistics
+            with torch.no_grad():
+                probe = module(
+                    x[:1].to(next(iter(named.values())).dtype) if x.is_floating_point() else x[:1]
+                )
+        except BaseException as exc:
+            raise user_error(exc, "the module's forward raised") from exc
         if not isinstance(probe, Tensor) or probe.ndim == 0 or probe.shape[0] != 1:
             raise ParamError(
                 f"{FIELD}.factory",
@@ -230,6 +343,12 @@ class Model(Network):
                 f"{FIELD}.factory",
                 f"mse needs a target of {outputs} numbers a point (the module's output), got "
                 f"{y[0].numel()}",
+            )
+        if classification and len(y) and (int(y.min()) < 0 or int(y.max()) >= outputs):
+            raise ParamError(
+                f"{FIELD}.factory",
+                f"cross_entropy needs class targets in [0, {outputs - 1}] (the module's "
+                f"{outputs} outputs), got [{int(y.min())}, {int(y.max())}]",
             )
         floating = x.is_floating_point()
         x = x.double() if floating else x
@@ -247,6 +366,45 @@ class Model(Network):
         self.training_modules = sorted(
             {type(m).__name__ for m in module.modules() if isinstance(m, STATEFUL)}
         )
+        if callable(loss):
+            self.check_loss(next(iter(named.values())).dtype)
+
+    def check_loss(self, dtype: torch.dtype) -> None:
+        """The user's loss once, on two points, as a run calls it (a batch per chain, and each
+        point alone for per-point losses, under ``torch.func.vmap``): a ParamError naming
+        ``model.factory`` unless it gives one real number a batch."""
+        what = f"its loss {getattr(self.loss_fn, '__name__', 'callable')}(outputs, targets)"
+        k = min(self.n, 2)
+        x = self.x[:k].to(dtype) if self.x.is_floating_point() else self.x[:k]
+        y = self.y[:k].to(dtype) if self.y.is_floating_point() else self.y[:k]
+        with torch.no_grad():
+            try:
+                out = self.module(x).reshape(1, k, self.outputs)
+            except BaseException as exc:
+                raise user_error(exc, "the module's forward raised") from exc
+            try:
+                value = self.loss_fn(out[0], y)
+            except BaseException as exc:
+                raise user_error(exc, f"{what} raised") from exc
+            if not isinstance(value, Tensor):
+                raise ParamError(
+                    f"{FIELD}.factory",
+                    f"{what} must return a torch tensor holding one number (the batch's mean "
+                    f"loss), got {type(value).__name__}",
+                )
+            if value.numel() != 1 or not value.is_floating_point():
+                raise ParamError(
+                    f"{FIELD}.factory",
+                    f"{what} must return one real number for a batch (the mean loss, shape []), "
+                    f"got {value.dtype} of shape {list(value.shape)} for a batch of {k}",
+                )
+            total, points = self.criterion(out, y), self.per_sample(out, y)
+        if tuple(total.shape) != (1,) or tuple(points.shape) != (1, k):
+            raise ParamError(
+                f"{FIELD}.factory",
+                f"{what} must return one number a batch under torch.func.vmap, got shape "
+                f"{list(total.shape[1:])}",
+            )
 
     # -- forward -----------------------------------------------------------------------------
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
@@ -257,7 +415,14 @@ class Model(Network):
         def one(p: dict[str, Tensor], xb: Tensor) -> Tensor:
             return torch.func.functional_call(self.module, (p, self.buffers), (xb,))
 
-        out = torch.func.vmap(one, in_dims=(0, 0 if per_chain else None))(params, x)
+        run = torch.func.vmap(one, in_dims=(0, 0 if per_chain else None))
+        if torch.compiler.is_compiling():  # traced once: a failure is the compiler's to report
+            out = run(params, x)
+        else:
+            try:
+                out = run(params, x)
+            except BaseException as exc:  # the user's module
+                raise user_error(exc, "the module's forward raised") from exc
         return out.reshape(*out.shape[:2], self.outputs)
 
     def _loss_and_grad(self, w: Tensor, batch) -> tuple[Tensor, Tensor]:
@@ -308,7 +473,14 @@ class Model(Network):
             chain = lambda o, t: torch.func.vmap(point)(o, t)  # noqa: E731
         else:
             chain = fn
-        return torch.func.vmap(chain, in_dims=(0, y_dims))(out, y)
+        run = torch.func.vmap(chain, in_dims=(0, y_dims))
+        if torch.compiler.is_compiling():
+            return run(out, y)
+        try:
+            return run(out, y)
+        except BaseException as exc:  # the user's loss
+            name = getattr(fn, "__name__", "callable")
+            raise user_error(exc, f"its loss {name}(outputs, targets) raised") from exc
 
     def loss_doc(self) -> str | None:
         if callable(self.loss_fn):
@@ -351,7 +523,9 @@ def make_model(factory: str, checkpoint: str | None = None) -> Model:
     module, x, y, loss = call_factory(factory)
     if checkpoint:
         path = resolve_checkpoint(checkpoint)
-        apply_weights(module, load_weights(path), Path(path).name)
+        if not os.path.isfile(path):
+            raise ParamError(f"{FIELD}.checkpoint", f"no such file: {path}")
+        apply_weights(module, load_weights(path, checkpoint_limit(module)), Path(path).name)
     dim = sum(p.numel() for p in module.parameters())
     check_dim(FIELD, "factory", dim)
     target = Model(module, x, y, loss)
@@ -360,12 +534,11 @@ def make_model(factory: str, checkpoint: str | None = None) -> Model:
 
 
 def resolve_checkpoint(path: str | None) -> str | None:
+    """``path`` made absolute; the file is not looked for (as ``resolve_factory``):
+    ``make_model`` needs it, reading a stored run does not."""
     if not path:
         return None
-    resolved = Path(path).expanduser().resolve()
-    if not resolved.is_file():
-        raise ParamError(f"{FIELD}.checkpoint", f"no such file: {resolved}")
-    return str(resolved)
+    return str(Path(path).expanduser().resolve())
 
 
 def model_facts(factory: str, checkpoint: str | None = None) -> dict:

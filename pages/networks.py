@@ -175,7 +175,8 @@ def draw_vi(sweep: dict, result: dict) -> None:
             "(what a perfect fit would give on this data)."
         )
     for flag in result["flags"]:
-        text = f"**{ui.plain(flag['where'])}**: {ui.plain(flag['message'])}; try {flag['try']}"
+        where, message, advice = (ui.plain(flag[k]) for k in ("where", "message", "try"))
+        text = f"**{where}**: {message}; try {advice}"
         (st.error if flag["level"] == "fail" else st.warning)(text, icon=ui.WARNING)
     st.dataframe(vi_scan.rows(result["cells"]), hide_index=True, key=f"vi.table.{sweep_id}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 
 import torch
 
@@ -44,8 +45,30 @@ def build(spec: RunSpec) -> tuple[Target, Kernel, torch.device]:
     return target, kernel, target.device
 
 
+def check_files(spec: RunSpec) -> None:
+    """A SpecError naming ``model.factory`` (or ``model.checkpoint``) when a model run's file is
+    gone. Reading and exporting a stored run never need it (its spec stays valid:
+    ``landscapes.model.resolve_factory``); building it, to run or resume it, does: call this
+    before requeueing a run, so that it stays resumable once the file is back."""
+    if spec.target.name != "model":
+        return
+    factory = str(spec.target.params.get("factory") or "")
+    checkpoint = spec.target.params.get("checkpoint")
+    where = factory.rpartition(":")[0]
+    for field, path in (
+        ("factory", where if where.endswith(".py") else None),
+        ("checkpoint", checkpoint),
+    ):
+        if path and not os.path.isfile(path):
+            raise SpecError(
+                f"model.{field}",
+                f"{path} no longer exists; the run's records can still be read and exported",
+            )
+
+
 def build_target(spec: RunSpec) -> tuple[Target, str]:
     """The spec's target on its device and dtype (kept, as ``build`` says), and its key."""
+    check_files(spec)
     device = device_of(spec)
     target_key = json.dumps(
         {"target": spec.target.model_dump(mode="json"), "device": str(device), "dtype": spec.dtype},

@@ -375,6 +375,7 @@ def export(store, run_id: str, folder: str | Path, every_nth: int = 1) -> list[P
     """Write the run's three TATi tables into ``folder`` (created if missing), each to a
     temporary file renamed onto its name, so an interrupted export leaves no half file.
     Damaged records are refused (CorruptRecords): the running averages would skip them."""
+    from runs.build import check_files
     from runs.spec import parse_spec, target_facts
     from runs.store_export import replace_file
 
@@ -384,6 +385,14 @@ def export(store, run_id: str, folder: str | Path, every_nth: int = 1) -> list[P
     except SpecError as exc:
         raise SpecError("id", f"run {run_id} has an invalid stored spec ({exc})") from None
     check_every_nth(every_nth, spec.thin)  # before reading anything
+    try:
+        check_files(spec)
+    except SpecError as exc:  # a model's factory gone: npz and netcdf need none
+        raise SpecError(
+            exc.field,
+            f"{exc.message.partition(';')[0]}: TATi's tables need the model's gradient at "
+            "every draw (the virial); --format npz or netcdf export the records without it",
+        ) from None
     check_positions(spec, target_facts(spec).dim)
     if store.records(run_id) == 0:
         kept = "no records yet" if record.status in ("queued", "running") else "no records"

@@ -79,8 +79,10 @@ def upload_checkpoint(factory: str, choice_key: str) -> None:
 def model_inputs(spec) -> dict | None:
     """The model target's params: a listed factory and a checkpoint (or the module's own
     weights); None after showing what is wrong."""
-    offered = models.factories()
+    offered, skipped = models.listing()
     directory = models.models_dir()
+    if skipped:  # one line a file that could not be listed: the others are still offered
+        st.warning("  \n".join(plain(line) for line in skipped), icon=WARNING)
     if directory is None:
         st.caption(
             "Factories: the bundled example only. To offer your own, start the app with "
@@ -95,6 +97,8 @@ def model_inputs(spec) -> dict | None:
             icon=WARNING,
         )
         return None
+    if st.session_state.get("net.model.factory") not in offered:  # gone, or now a link out
+        st.session_state.pop("net.model.factory", None)
     factory = st.selectbox(
         "factory",
         offered,
@@ -129,7 +133,8 @@ def loss_caption(name: str, params: dict, facts: dict) -> None:
             described = models.describe_model(params["factory"])
         except ParamError:
             return  # said above, under the facts
-        st.caption(f"{described['loss']}. Modes: {described['modes']}.")
+        # the loss function's and module classes' names are the user's: shown as typed
+        st.caption(f"{plain(described['loss'])}. Modes: {plain(described['modes'])}.")
     elif "loss_convention" in params:
         task = "classification" if facts.get("classes") else "regression"
         st.caption(models.loss_text(task, params["loss_convention"]))

@@ -3,7 +3,10 @@ which factories the app offers, and the checkpoints it keeps.
 
 The web app never runs code it was sent. Factories are the ``make`` / ``make_*`` functions of
 the ``*.py`` files in the directory named by ``$BASIN_MODELS`` (the operator's code, listed by
-parsing with ``ast``, never imported to list them), or the bundled example when it is unset.
+parsing with ``ast``, never imported to list them), or the bundled example when it is unset. A
+file that cannot be listed (unreadable, not Python, nested too deeply to parse, over
+``MAX_FACTORY_BYTES``: skipped unread) is left out with a one-line notice naming it; a link that
+leads out of the directory is left out too, for factories and checkpoints alike.
 An uploaded checkpoint is weights only: written to a temporary file under
 ``$BASIN_HOME/checkpoints/``, read with ``landscapes.model.load_weights`` (weights-only
 unpickling or safetensors: a pickle that would run code is refused) and loaded into a fresh
@@ -18,12 +21,19 @@ import functools
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 from landscapes import ParamError
-from landscapes.model import apply_weights, call_factory, load_weights, make_model
+from landscapes.model import (
+    apply_weights,
+    call_factory,
+    checkpoint_limit,
+    load_weights,
+    make_model,
+)
 from landscapes.networks import Network
 from studies.checkpoints import by_step
 
@@ -32,6 +42,7 @@ BUNDLED = "examples.digits_mlp:make"  # offered when BASIN_MODELS is unset
 MAX_CHECKPOINT_BYTES = 256 * 2**20  # an upload's cap: the digits MLP's weights are 40 kB
 UPLOAD_TYPES = ("pt", "pth", "bin", "safetensors")  # what the uploader accepts
 FOUND_TYPES = (".pt", ".pth", ".safetensors")  # checkpoints listed from under BASIN_MODELS
+MAX_FACTORY_BYTES = 2**20  # a factory file is parsed up to 1 MiB; larger ones are not read
 FIELD = "model.checkpoint"
 
 
@@ -56,38 +67,104 @@ def is_factory(node: ast.stmt) -> bool:
 
 def list_factories(directory: str | os.PathLike) -> list[str]:
     """``"/abs/path/file.py:make"`` for every factory (``is_factory``) of every ``*.py`` file
-    directly in ``directory``, by file then order in it; files that cannot be read or parsed
-    are skipped. Nothing is imported."""
+    directly in ``directory``, by file then order in it (``scan_factories``'s factories)."""
+    return scan_factories(directory)[0]
+
+
+def scan_factories(directory: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """The factories of ``directory``'s ``*.py`` files, and a one-line notice for each file
+    left out: one that cannot be read or parsed (a syntax error, nesting too deep for the
+    parser: MemoryError, RecursionError), one over ``MAX_FACTORY_BYTES`` (not read), one that
+    is not a regular file, and a link leading out of ``directory``. Nothing is imported."""
     directory = Path(directory).expanduser().resolve()
     if not directory.is_dir():
-        return []
-    out = []
+        return [], []
+    out, notices = [], []
     for path in sorted(directory.glob("*.py")):
-        if not path.is_file():
-            continue
-        try:
-            tree = ast.parse(path.read_bytes(), filename=str(path))
-        except (OSError, SyntaxError, ValueError):
-            continue
-        out += [f"{path}:{node.name}" for node in tree.body if is_factory(node)]
-    return out
+        names, why = _factories_of(path, directory)
+        out += [f"{path}:{name}" for name in names]
+        if why:
+            notices.append(f"{path.name}: left out, {why}")
+    return out, notices
+
+
+def inside(path: Path, directory: Path) -> bool:
+    """Whether ``path``, its links followed, is in ``directory`` (itself resolved)."""
+    try:
+        return path.resolve().is_relative_to(directory)
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
+def _factories_of(path: Path, directory: Path) -> tuple[tuple[str, ...], str | None]:
+    """The factory names of one file, or why it is left out."""
+    if not inside(path, directory):
+        return (), "a link to a file outside BASIN_MODELS"
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return (), f"it cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISREG(info.st_mode):
+        return (), "not a regular file"
+    if info.st_size > MAX_FACTORY_BYTES:
+        return (), (
+            f"{size_text(info.st_size)}, over the {size_text(MAX_FACTORY_BYTES)} a factory file "
+            "may hold (not read)"
+        )
+    return _parsed(str(path.resolve()), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], str | None]:
+    """A file's factory names (parsed once per version), or why it cannot be listed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in: no wait
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return (), "not a regular file"
+            source = f.read(MAX_FACTORY_BYTES + 1)
+        if len(source) > MAX_FACTORY_BYTES:
+            return (), f"over the {size_text(MAX_FACTORY_BYTES)} a factory file may hold"
+        tree = ast.parse(source, filename=path)
+    except OSError as exc:
+        return (), f"it cannot be read ({exc.strerror or exc})"
+    except (SyntaxError, ValueError) as exc:  # not Python, not UTF-8, a NUL byte
+        line = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+        return (), f"it does not parse: {type(exc).__name__}{line}: {_first(exc)}"
+    except (MemoryError, RecursionError) as exc:  # nesting deeper than the parser's stack
+        return (), f"it nests too deeply to parse ({type(exc).__name__})"
+    return tuple(node.name for node in tree.body if is_factory(node)), None
+
+
+def _first(exc: BaseException) -> str:
+    text = getattr(exc, "msg", None) or str(exc)
+    return " ".join(str(text).split())[:120]
 
 
 def factories() -> list[str]:
     """What the factory selectbox offers: BASIN_MODELS's factories, or the bundled example."""
+    return listing()[0]
+
+
+def listing() -> tuple[list[str], list[str]]:
+    """``factories()`` and the notices of the files left out (``scan_factories``)."""
     directory = models_dir()
-    return [BUNDLED] if directory is None else list_factories(directory)
+    return ([BUNDLED], []) if directory is None else scan_factories(directory)
 
 
 def found_checkpoints() -> list[str]:
-    """Checkpoint files (``FOUND_TYPES``) anywhere under BASIN_MODELS, absolute; [] unset."""
+    """Checkpoint files (``FOUND_TYPES``) anywhere under BASIN_MODELS, absolute; [] unset. A
+    link leading out of BASIN_MODELS is left out."""
     directory = models_dir()
     if directory is None or not directory.is_dir():
         return []
     return [
         str(p)
         for p in sorted(directory.rglob("*"))
-        if p.suffix in FOUND_TYPES and p.is_file() and not p.name.startswith(".")
+        if p.suffix in FOUND_TYPES
+        and not p.name.startswith(".")
+        and p.is_file()
+        and inside(p, directory)
     ]
 
 
@@ -159,8 +236,8 @@ def accept_checkpoint(
         with os.fdopen(handle, "wb") as out:
             out.write(data)
         try:
-            state = load_weights(temp)
             module = call_factory(factory)[0]
+            state = load_weights(temp, checkpoint_limit(module))  # a zip bomb: never inflated
             apply_weights(module, state, shown)
         except ParamError as exc:
             message = str(exc).removeprefix(f"{exc.field}: ").replace(temp.name, shown)
