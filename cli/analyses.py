@@ -64,6 +64,7 @@ def cmd_wide(args: argparse.Namespace, store: Store) -> int:
 
     if args.study == "kl":
         widths = integers(args.widths, "--widths")
+        wide.check_kl(args.draws, args.seed, args.depth, "--")  # before any width is built
         with torch_threads(1):  # n x n factorisations: one thread (docs/methods/wide-networks.md)
             try:
                 rows = wide.kl_table(widths, args.depth, args.n, args.draws, args.data, args.seed)

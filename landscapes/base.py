@@ -70,10 +70,21 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 # Parameter specs: the single source the CLI flags, RunSpec validation and app widgets come from.
 
 
-def _shown(value: Any, limit: int = 40) -> str:
-    """``repr(value)``, cut to ``limit`` characters: an error message stays one line."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 12]}... ({len(text)} chars)"
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` for an error message, cut so that it stays one short line: a long integer
+    to its first 20 digits and its length ("10000000000000000000... (401 digits)"), any other
+    long text to ``limit`` characters."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4300-digit limit on conversion to text
+        return f"an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+    if len(text) <= limit:
+        return text
+    digits = str(value).strip().lstrip("+-")
+    if isinstance(value, (int, str)) and digits.isdigit():  # also "1000...0" typed as text
+        sign = "-" if str(value).strip().startswith("-") else ""
+        return f"{sign}{digits[:20]}... ({len(digits)} digits)"
+    return f"{text[: limit - 12]}... ({len(text)} chars)"
 
 
 @dataclass(frozen=True)
@@ -129,14 +140,14 @@ class Param:
             return "auto"
         if self.kind == "choice":
             if value not in self.choices:
-                raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+                raise ParamError(name, f"must be {self.allowed()}, got {shown(value)}")
             return value
         if self.kind == "bool":
             if isinstance(value, bool):
                 return value
             if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
                 return value.lower() in ("true", "1")
-            raise ParamError(name, f"must be true or false, got {value!r}")
+            raise ParamError(name, f"must be true or false, got {shown(value)}")
         if self.kind == "str":
             if not isinstance(value, str):
                 raise ParamError(name, f"must be a string, got {type(value).__name__}")
@@ -156,21 +167,21 @@ class Param:
     def _scalar(self, value: Any, kind: str, name: str) -> int | float:
         """``value`` as a number of ``kind`` within the range, else a ParamError naming both."""
         if isinstance(value, (bool, np.bool_)):
-            raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+            raise ParamError(name, f"must be {self.allowed()}, got {shown(value)}")
         try:
             number = float(value)
         except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float's range
-            raise ParamError(name, f"must be {self.allowed()}, got {_shown(value)}") from None
+            raise ParamError(name, f"must be {self.allowed()}, got {shown(value)}") from None
         if not math.isfinite(number):
-            raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+            raise ParamError(name, f"must be {self.allowed()}, got {shown(value)}")
         if kind == "int":
             if number != int(number):
-                raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+                raise ParamError(name, f"must be {self.allowed()}, got {shown(value)}")
             number = int(number)
         if (self.low is not None and number < self.low) or (
             self.high is not None and number > self.high
         ):
-            raise ParamError(name, f"must be {self.allowed()}, got {value!r}")
+            raise ParamError(name, f"must be {self.allowed()}, got {shown(value)}")
         return number
 
 
@@ -227,8 +238,10 @@ class Target(ABC):
 
     Attributes: ``name``, ``dim``, ``layout`` (parameter name -> shape, in flat order),
     ``n`` (training-set size or None), ``bounds`` ((xlo, xhi), (ylo, yhi)) for 2-D plots,
-    ``w0`` (a known true/trained point, Tensor[d], or None), ``nbeta`` (the default inverse
-    temperature times n: 1 for potentials).
+    ``w0`` (a known true/trained point, Tensor[d], or None), ``minimum`` (a potential's known
+    global minimum of its energy, its density's mode, Tensor[d], or None: where an LLC with
+    w0 "truth" starts when there is no ``w0``; unlike ``w0`` it does not move the default
+    start), ``nbeta`` (the default inverse temperature times n: 1 for potentials).
     ``prior_std``: a Gaussian prior N(0, prior_std^2 I) that kernels add to the energy (None:
     no prior term); targets with another prior override ``has_prior``, ``prior_energy`` and
     ``prior_grad``.
@@ -247,6 +260,7 @@ class Target(ABC):
     n: int | None = None
     bounds: tuple[tuple[float, float], tuple[float, float]] | None = None
     w0: Tensor | None = None
+    minimum: Tensor | None = None
     nbeta: float = 1.0
     log_z: float | None = None
     true_llc: tuple[float, int] | None = None  # (lambda, multiplicity)
@@ -290,6 +304,12 @@ class Target(ABC):
             raise ParamError("batch_size", f"must be >= 1, got {size}")
         index = torch.randint(self.n, (size,), generator=generator, device=generator.device)
         return self.batch(index)
+
+    @property
+    def truth_point(self) -> Tensor | None:
+        """[d] the point an LLC's w0 "truth" names: ``w0``, else the energy's known
+        ``minimum``; None where the target knows neither."""
+        return self.w0 if self.w0 is not None else self.minimum
 
     def initial(self, generator: torch.Generator, chains: int) -> Tensor:
         """Tensor[C, d] start: ``w0`` repeated when the target has one, else N(0, I) draws."""

@@ -8,7 +8,9 @@ finished runs, over which a page asks before Run (``ui.checks.budget_gate``).
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import math
 import os
 import shutil
@@ -18,10 +20,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import landscapes
 import samplers
 from landscapes import ParamError
 from landscapes.base import DATA_CHUNK
 from landscapes.formula import probe
+from runs import nested
 from runs.build import device_of, kernel_of
 from runs.observe import EVAL_POINTS
 from runs.spec import (
@@ -72,12 +76,12 @@ SEARCHES = {"slice": 6, "elliptical-slice": 4, "gibbs": 6}
 
 
 def gradient_evaluations(spec: dict) -> int:
-    """Gradient evaluations per step of the spec's sampler: HMC's leapfrog steps, NUTS's typical
-    tree (its depth is only known once it runs), else 1."""
+    """Gradient evaluations per step of the spec's sampler: HMC's leapfrog steps, NUTS's tree
+    (``nuts_depth``), else 1."""
     name, params = spec["sampler"]["name"], spec["sampler"].get("params") or {}
     takes = {p.name: p.default for p in samplers.REGISTRY[name].params}
     if name == "nuts":
-        depth = min(int(params.get("max_depth") or takes["max_depth"]), NUTS_DEPTH)
+        depth = nuts_depth(spec)
         return 2**depth + int(depth * NUTS_DOUBLING_S / STEP_OVERHEAD_S)
     if name in SEARCHES:
         return SEARCHES[name]
@@ -85,6 +89,94 @@ def gradient_evaluations(spec: dict) -> int:
         if steps in takes:
             return int(params.get(steps) or takes[steps])
     return 1
+
+
+# A NUTS run whose max_depth tree covers under 1/NUTS_REACH of the way to a U-turn is refused
+# (``check_nuts``): every step pays 2^max_depth leapfrogs and moves a chain a hair.
+NUTS_REACH = 100
+
+
+@functools.lru_cache(maxsize=32)
+def _potential_scale(name: str, params_json: str) -> tuple[float, str] | None:
+    """A potential's widest standard deviation at nbeta = 1 and where it comes from: its
+    covariance's largest eigenvalue, else its plot's bounds (about +-3 sd), else None."""
+    target = landscapes.make(name, device="cpu", dtype="float64", **json.loads(params_json))
+    if target.cov is not None:
+        return float(torch.linalg.eigvalsh(target.cov).max()) ** 0.5, "its covariance"
+    if target.bounds is not None:
+        return max(hi - lo for lo, hi in target.bounds) / 6, "its plot's bounds"
+    return None
+
+
+def _usual_nbeta(run: RunSpec) -> float:
+    """The target's own nbeta (1 for potentials, n / log n for most networks)."""
+    return landscapes.facts(run.target.name, run.target.params)["nbeta"]
+
+
+def nuts_reach(run: RunSpec) -> tuple[float, float, str] | None:
+    """(leapfrog steps a NUTS tree needs to turn, the posterior's widest sd, its source) for a
+    fixed step (None: 'auto', adapted to the target; or no scale known). The trajectory turns
+    after about half an oscillation of the widest direction, pi sd / step leapfrogs; the sd is
+    that of exp(-U), U = nbeta L + (gamma / 2)|w - w0|^2 + prior: precision nbeta / s^2 + gamma
+    + 1 / prior_std^2, s a potential's own scale at nbeta = 1, or 1 / sqrt(nbeta) on a network
+    (a loss of unit curvature: a guess; a singular network's flat directions are wider)."""
+    params, facts = run.sampler.params, target_facts(run)
+    if params.get("step_size") in (None, "auto"):
+        return None
+    nbeta = params.get("nbeta") or _usual_nbeta(run)
+    gamma = params.get("localization") or 0.0
+    if facts.has_data:
+        scale, source = 1.0, "a network's loss, taken as of unit curvature"
+    else:
+        found = _potential_scale(run.target.name, json.dumps(run.target.params, sort_keys=True))
+        if found is None:
+            return None
+        scale, source = found
+    prior = None if facts.has_data else run.target.params.get("prior_std")  # normal-crossing's
+    precision = nbeta / scale**2 + gamma + (1 / prior**2 if prior else 0.0)
+    sd = precision**-0.5
+    return math.pi * sd / params["step_size"], sd, source
+
+
+def nuts_depth(spec: dict) -> int:
+    """A NUTS step's tree depth: log2 of the leapfrogs it needs to turn (``nuts_reach``), to the
+    nearest doubling (the banana at step 0.1: pi 2.5 / 0.1 = 79, depth 6, as it runs), at
+    least NUTS_DEPTH (a typical tree, taken where the scale is not known) and at most
+    max_depth: a step far below the target's scale builds max_depth trees at every step."""
+    params = spec["sampler"].get("params") or {}
+    most = int(params.get("max_depth") or samplers.REGISTRY["nuts"].param("max_depth").default)
+    try:
+        reach = nuts_reach(parse_spec(spec))
+    except (SpecError, ParamError):
+        reach = None
+    need = NUTS_DEPTH if reach is None else round(math.log2(max(reach[0], 1.0)))
+    return min(most, max(NUTS_DEPTH, need))
+
+
+def check_nuts(run: RunSpec) -> None:
+    """A SpecError naming the step size (or nbeta, where that is what widened the posterior)
+    when every NUTS tree would reach max_depth far short of its U-turn (NUTS_REACH)."""
+    reach = nuts_reach(run) if run.sampler.name == "nuts" else None
+    depth = run.sampler.params.get("max_depth")
+    if reach is None or reach[0] <= NUTS_REACH * 2**depth:
+        return
+    _, sd, source = reach
+    step, nbeta = run.sampler.params["step_size"], run.sampler.params.get("nbeta")
+    tree = f"every NUTS tree would stop at max_depth {depth} ({2**depth - 1} leapfrog steps a step)"
+    short = f"under 1/{NUTS_REACH} of the way to its U-turn"
+    lowest = math.pi * sd / (NUTS_REACH * 2**depth)
+    usual = _usual_nbeta(run)  # at the target's own nbeta, would the step do?
+    if nbeta is not None and nbeta < usual and step >= lowest * math.sqrt(nbeta / usual):
+        raise SpecError(
+            "sampler.params.nbeta",
+            f"{nbeta:g} widens the posterior to a scale of ~{sd:.2g} ({source}), far beyond the "
+            f"step {step:g}: {tree}, {short}; raise nbeta, or set a localization",
+        )
+    raise SpecError(
+        "sampler.params.step_size",
+        f"{step:g} is far below the target's scale (~{sd:.2g}, from {source}): {tree}, {short}; "
+        f"give a step of at least {lowest:.2g}, or 'auto' (the warm-up adapts it)",
+    )
 
 
 def model_seconds(spec: dict, steps: int | None = None) -> float:
@@ -210,6 +302,10 @@ def estimate(spec: RunSpec) -> Estimate:
     """
     if spec.kind == "vi":
         return _vi_estimate(spec)
+    if spec.kind == "nested":  # live points, region draws, dead points (runs.nested.sizes)
+        d = target_facts(spec).dim
+        parts, store_bytes, rows = nested.sizes(spec, d)
+        return Estimate(d, sum(parts.values()), store_bytes, d, rows, "all", 0, parts)
     f = target_facts(spec)
     dim, itemsize, chains = f.dim, (4 if spec.dtype == "float32" else 8), spec.chains
     positions = spec.record.positions
@@ -296,6 +392,8 @@ def _lower(spec: RunSpec, part: str) -> str:
     """What to change when the device would overflow: the fields behind its largest ``part``."""
     if spec.kind == "vi":
         return "lower target.params.n or vi.samples / vi.final_samples, or a smaller network"
+    if spec.kind == "nested":
+        return "lower nested.live or nested.max_iter"
     if part == "step":
         takes = samplers.REGISTRY[spec.sampler.name].params
         if any(p.name == "batch_size" for p in takes):
@@ -348,6 +446,8 @@ def check_budget(spec: RunSpec, budget_bytes: int | None = None) -> Estimate:
         except ParamError as exc:
             raise SpecError(*param_error(exc, "target", "custom")) from None
     est = estimate(spec)  # the target's sizes and the kernel, as the run will make them
+    if spec.kind == "sample":
+        check_nuts(spec)  # max_depth trees at every step, far short of their U-turn
     if "llc" in spec.observables:
         resolve_w0(spec, target_facts(spec))  # else the worker would fail the run later
     if budget_bytes is None and os.environ.get("BASIN_MEMORY_BUDGET"):

@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Callable
 
+from landscapes.base import shown
 from runs.spec import SpecError
 
 SUBMIT_HELP = "queue the runs, print the sweep id and return"
@@ -23,7 +24,7 @@ def value(text: str):
     """A flag value as JSON when it parses (numbers, lists, true/false), else the string."""
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except ValueError:  # not JSON, or an integer past Python's 4300-digit conversion limit
         return text
 
 
@@ -45,21 +46,36 @@ def floats(text: str, flag: str) -> tuple[float, ...]:
     except ValueError:
         values = ()
     if not values:
-        raise SpecError(flag, f"must be one or more comma-separated numbers, got {text!r}")
+        raise SpecError(flag, f"must be one or more comma-separated numbers, got {shown(text)}")
     return values
 
 
 def integers(text: str, flag: str, low: int = 1) -> tuple[int, ...]:
     """Comma-separated whole numbers >= ``low`` (widths, sizes): 2.5 is refused, never cut to 2."""
     values = floats(text, flag)
-    if not all(math.isfinite(v) and v == int(v) and v >= low for v in values):
-        raise SpecError(flag, f"must be comma-separated integers >= {low}, got {text!r}")
+    parts = [v for v in text.replace(" ", "").split(",") if v]
+    for part, v in zip(parts, values, strict=True):
+        if not (math.isfinite(v) and v == int(v) and v >= low):
+            given = "" if part == text else f" in {shown(text)}"
+            raise SpecError(
+                flag, f"must be comma-separated integers >= {low}, got {shown(part)}{given}"
+            )
     return tuple(int(v) for v in values)
 
 
 def names(text: str) -> tuple[str, ...]:
     """Comma-separated names, blanks dropped."""
     return tuple(s for s in text.replace(" ", "").split(",") if s)
+
+
+def with_llc(spec: dict) -> dict:
+    """A base run's spec (``cli.flags``) with "llc" among its observables, after those given:
+    an LLC sweep's runs keep the others (and the RunSpec checks them: 'predictive' needs a
+    test set), where they were once dropped without a word."""
+    given = spec.get("observables") or []
+    if not isinstance(given, list):  # the RunSpec names what is wrong with it
+        return spec
+    return {**spec, "observables": [*given, *(["llc"] if "llc" not in given else [])]}
 
 
 def keywords(args: argparse.Namespace, function: Callable, **converted) -> dict:
@@ -69,14 +85,30 @@ def keywords(args: argparse.Namespace, function: Callable, **converted) -> dict:
     return {**{name: getattr(args, name) for name in named if hasattr(args, name)}, **converted}
 
 
+def max_slots() -> int:
+    """The most ``--slots``: 4 per core (at least 8). Each slot is a worker process with its own
+    interpreter and torch (~250 MB before its run), and past a few per core they only share the
+    same cores: 10^8 slots would start a process per queued run."""
+    from runs.worker import cores
+
+    return max(8, 4 * cores())
+
+
 def slots(text: str) -> int:
-    """``--slots``: runs at once, at least 1."""
+    """``--slots``: runs at once, at least 1 and at most ``max_slots()``."""
     try:
         count = int(text)
     except ValueError:
         count = 0
     if count < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1 (at least 1 run), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be an integer >= 1 (at least 1 run), got {shown(text)}"
+        )
+    if count > (most := max_slots()):
+        raise argparse.ArgumentTypeError(
+            f"must be an integer in [1, {most}] (4 per core, at least 8: each slot is a worker "
+            f"process with its own interpreter and torch, ~250 MB), got {shown(text)}"
+        )
     return count
 
 

@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runs.spec import RunSpec, parse_spec
+import landscapes
+from runs.spec import RunSpec, SpecError, parse_spec
 from runs.store import Store
 from samplers import llc
 from studies import arguments
@@ -35,6 +36,14 @@ def specs(
 ) -> tuple[dict, list[tuple[dict, RunSpec]]]:
     """The base LLC run over a step size x nbeta grid (None: the target's n / log n). Every cell
     has the base's seed, so a trained w0 is the same in each."""
+    facts = landscapes.facts(base.target.name, base.target.params)
+    if facts["n"] is None and facts["true_llc"] is None:
+        raise SpecError(
+            "target",
+            "a calibration tunes the step of an LLC estimate, which needs a network (data, n) "
+            "or a potential with a known learning coefficient (normal-crossing); "
+            f"{base.target.name} is a potential with no data and no learning coefficient",
+        )
     data = base.model_dump(mode="json")
     if "llc" not in data["observables"]:
         data["observables"] = [*data["observables"], "llc"]
@@ -205,7 +214,7 @@ def specs_from_args(args: argparse.Namespace, base: Callable[[], dict]) -> tuple
     """``base``: the run flags' spec (``cli.flags``), read after this study's own flags."""
     step_sizes = arguments.floats(args.step_sizes, "--step-sizes")
     nbetas = (None,) if not args.nbetas else arguments.floats(args.nbetas, "--nbetas")
-    return specs(parse_spec({**base(), "observables": ["llc"]}), step_sizes, nbetas)
+    return specs(parse_spec(arguments.with_llc(base())), step_sizes, nbetas)
 
 
 def print_text(result: dict) -> None:

@@ -119,7 +119,7 @@ def add_arguments(k: argparse.ArgumentParser) -> None:
 
 def specs_from_args(args: argparse.Namespace, base: Callable[[], dict]) -> tuple[dict, list]:
     """``base``: the run flags' spec (``cli.flags``)."""
-    spec = parse_spec({**base(), "observables": ["llc"]})
+    spec = parse_spec(arguments.with_llc(base()))  # --observe predictive, say, kept and checked
     return specs(spec, find_checkpoints(args.checkpoints))
 
 

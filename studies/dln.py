@@ -14,10 +14,18 @@ from itertools import combinations
 
 import numpy as np
 
+from landscapes.base import shown
 from runs.spec import RunSpec, SpecError, parse_spec
 from runs.store import Store
 from studies import arguments
-from studies.sweeps import RECORDS_PER_RUN, check_size, llc_summary, progress, require_values
+from studies.sweeps import (
+    RECORDS_PER_RUN,
+    check_size,
+    check_steps,
+    llc_summary,
+    progress,
+    require_values,
+)
 
 KIND = "dln"
 HELP = None  # listed without a line of its own in ``sweep --help``
@@ -43,7 +51,8 @@ def specs(
     params = dict(locals())
     params["samplers"], params["step_sizes"] = list(samplers), list(step_sizes)
     if problems < 1:
-        raise SpecError("problems", f"must be an integer >= 1, got {problems}")
+        raise SpecError("problems", f"must be an integer >= 1, got {shown(problems)}")
+    check_steps(steps)
     require_values(samplers=samplers, step_sizes=step_sizes)
     check_size(problems * len(samplers) * len(step_sizes), "problems", "samplers", "step_sizes")
     cells = []

@@ -16,7 +16,7 @@ import landscapes
 from runs.spec import RunSpec, SpecError, parse_spec
 from runs.store import Store
 from studies import arguments
-from studies.sweeps import check_size, progress, require_values
+from studies.sweeps import check_size, check_steps, progress, require_values
 
 KIND = "order"
 HELP = "TATi's integrator-order study (Heber et al. 2020, Figs. 2-4)"
@@ -72,6 +72,7 @@ def specs(
             raise SpecError(field, f"must be a number > 0, got {value}")
     if not 0 <= burn_fraction < 1:
         raise SpecError("burn_fraction", f"must be in [0, 1), got {burn_fraction}")
+    check_steps(steps)
     check_size(len(samplers) * len(step_sizes), "samplers", "step_sizes")
     spec = landscapes.REGISTRY.get(target)
     if spec is None:

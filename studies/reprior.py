@@ -12,12 +12,14 @@ import math
 
 import numpy as np
 
+import landscapes
+from landscapes.base import shown
 from runs import verdict
 from runs.spec import RunSpec, SpecError, parse_spec
 from runs.store import Store
 from samplers.diagnostics import projection_ess
 from studies import arguments
-from studies.sweeps import check_size, print_flags, progress
+from studies.sweeps import check_size, check_steps, print_flags, progress
 
 KIND = "reprior"
 HELP = "repriorisation of wide networks: ESS by width (Hron et al. 2022, Fig. 7)"
@@ -26,6 +28,18 @@ SPEC_FLAGS = False  # its own flags, not a base run's
 PARAMETRISATIONS = ("standard", "reprior")
 # acceptance the exact chains (MH on) of docs/methods/wide-networks.md's check keep
 REPRIOR_BAND = (0.8, 0.97)
+
+
+def check_depth(depth: int, field: str = "depth") -> None:
+    """A SpecError naming ``field`` unless ``depth`` has a hidden layer to widen: at depth 0
+    (Bayesian linear regression) every width is the same network."""
+    high = int(landscapes.REGISTRY["ntk-fcn"].param("depth").high)
+    if not 1 <= depth <= high:
+        raise SpecError(
+            field,
+            f"must be an integer in [1, {high}] for a study by width, got {shown(depth)}: depth "
+            "0 is Bayesian linear regression, with no hidden layer, the same at every width",
+        )
 
 
 def specs(
@@ -54,9 +68,12 @@ def specs(
     params["widths"] = list(widths)
     if not widths:
         raise SpecError("widths", "must hold at least one width, got none")
+    check_depth(depth)
+    check_steps(steps)
     if not 0 <= warmup < steps:
         raise SpecError(
-            "warmup", f"must be an integer in [0, {steps - 1}] (below steps), got {warmup}"
+            "warmup",
+            f"must be an integer in [0, {shown(steps - 1)}] (below steps), got {shown(warmup)}",
         )
     check_size(2 * len(widths), "widths", "parametrisations")
     cells = []

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from landscapes.base import shown
 from runs.budget import check_budget
 from runs.spec import RunSpec, SpecError
 from runs.store import FINAL, Store
@@ -32,9 +33,17 @@ def check_size(runs: int, *fields: str) -> None:
         fewer = ", ".join(fields[:-1]) + f" or {fields[-1]}"
         raise SpecError(
             "sweep",
-            f"{' x '.join(fields)} = {runs} runs, over the {MAX_RUNS} a sweep may hold; "
+            f"{' x '.join(fields)} = {shown(runs)} runs, over the {MAX_RUNS} a sweep may hold; "
             f"give fewer {fewer}",
         )
+
+
+def check_steps(steps: int) -> None:
+    """A SpecError on "steps" outside a RunSpec's range, checked before a sweep derives its
+    burn-in from it (burn_fraction x 10^400 steps overflows a float)."""
+    high = next(m.le for m in RunSpec.model_fields["steps"].metadata if hasattr(m, "le"))
+    if not 1 <= steps <= high:
+        raise SpecError("steps", f"must be an integer in [1, {high}], got {shown(steps)}")
 
 
 def require_values(**given) -> None:

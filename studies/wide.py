@@ -9,9 +9,11 @@ import numpy as np
 import torch
 
 import landscapes
+from landscapes.base import shown
 from landscapes.surface import coordinates
 from runs.spec import SpecError, parse_spec
 from runs.store import Store
+from studies.reprior import check_depth
 
 
 def _targets(params: dict) -> tuple:
@@ -84,6 +86,29 @@ def slices(
     return out
 
 
+# Prior draws of the KL study: each costs an n x n Cholesky factorisation and the estimate's
+# error falls only as 1/sqrt(draws), so 10^9 draws (hours, 16 GB of per-draw terms) buy nothing
+# 10^5 do not; 1000 is the check of docs/methods/wide-networks.md. Two at least: a spread.
+KL_DRAWS = (2, 100_000)
+SEED_MAX = 2**31 - 1  # a RunSpec's seed bound (torch's generator takes at most 64 bits)
+
+
+def check_kl(draws: int, seed: int, depth: int, prefix: str = "") -> None:
+    """A SpecError naming ``prefix + "draws"`` (or "seed", "depth") when it is out of range."""
+    check_depth(depth, f"{prefix}depth")
+    low, high = KL_DRAWS
+    if not low <= draws <= high:
+        raise SpecError(
+            f"{prefix}draws",
+            f"must be an integer in [{low}, {high}], got {shown(draws)}: each prior draw is an "
+            "n x n Cholesky factorisation and the KL's error falls only as 1/sqrt(draws)",
+        )
+    if not 0 <= seed <= SEED_MAX:
+        raise SpecError(
+            f"{prefix}seed", f"must be an integer in [0, {SEED_MAX}], got {shown(seed)}"
+        )
+
+
 def kl_table(
     widths: tuple[int, ...],
     depth: int = 1,
@@ -95,6 +120,7 @@ def kl_table(
     """KL(q || p) in phi and in theta at each width (``NTKFCN.prior_kl``), from ``draws`` prior
     draws with a fixed seed: docs/methods/wide-networks.md reports 289, 52, 22, 7.7, 1.9 (phi) over
     widths 8..2048 at n = 32, depth 1, and ~3000 in theta at every width."""
+    check_kl(draws, seed, depth)
     rows = []
     for width in widths:
         target = landscapes.make(

@@ -68,7 +68,7 @@ def test_unknown_parameter_lists_the_known_ones():
         ("slp", "slp.dataset", {"dataset": "mnist"}, "'digits'"),
         # beyond float's range: float() raises OverflowError, once a traceback
         ("gaussian", "gaussian.dim", {"dim": 10**400}, "[1, 2000], got 1000"),
-        ("mlp", "mlp.hidden_sizes", {"hidden_sizes": (8, 10**400)}, "(401 chars)"),
+        ("mlp", "mlp.hidden_sizes", {"hidden_sizes": (8, 10**400)}, "(401 digits)"),
     ],
 )
 def test_out_of_range_values_name_the_field_and_the_range(name, field, params, fragment):
@@ -208,3 +208,92 @@ def test_formula_dimension_rules():
     refused("custom", "custom.formula", "unknown name", formula="import_me + 1")
     with pytest.raises(ParamError, match="can be called"):
         compile_formula("(2)(y)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 60 item 4: numbers beyond float's range, on every numeric path of the CLI and a spec
+# file, get the one-line range error with the value cut short; never a traceback.
+
+BIG = "1" + "0" * 400  # 401 digits: float() overflows
+HUGE = "1" + "0" * 5000  # past Python's 4300-digit limit on int <-> text conversion
+CUT = "10000000000000000000... (401 digits)"
+RUN = ["submit", "--target", "banana", "--sampler", "mala", "--steps", "10", "--chains", "2"]
+VI = ["submit", "--kind", "vi", "--target", "tanh"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "shown"),
+    [
+        (["submit", "--target", "gaussian", "--sampler", "mala", "--target-param", f"dim={BIG}"],
+         "target.params.dim", CUT),
+        ([*RUN, "--param", f"step_size={BIG}"], "sampler.params.step_size", CUT),
+        ([*RUN, "--param", f"nbeta=-{BIG}"], "sampler.params.nbeta", "-" + CUT),
+        ([*RUN, "--param", "step_size=1e400"], "sampler.params.step_size", "got inf"),
+        ([*RUN, "--target-param", "a=1e400"], "target.params.a", "got inf"),
+        ([*RUN, "--target-param", f"a={HUGE}"], "target.params.a", "(5001 digits)"),
+        ([*RUN, "--chains", BIG], "chains", CUT),
+        ([*RUN, "--steps", BIG], "steps", CUT),
+        ([*RUN, "--burn-in", BIG], "burn_in", CUT),
+        ([*RUN, "--thin", BIG], "thin", CUT),
+        ([*RUN, "--seed", BIG], "seed", CUT),
+        ([*RUN, "--flush-every", BIG], "flush_every", CUT),
+        ([*RUN, "--train-steps", BIG], "llc.train_steps", CUT),
+        ([*RUN, "--train-batch-size", BIG], "llc.train_batch_size", CUT),
+        ([*RUN, "--train-patience", BIG], "llc.train_patience", CUT),
+        ([*RUN, "--train-lr", "1e400"], "llc.train_lr", "got inf"),
+        ([*VI, "--vi-param", f"epochs={BIG}"], "vi.epochs", CUT),
+        ([*VI, "--vi-param", f"lambda0={BIG}"], "vi.lambda0", CUT),
+        (["sweep", "reprior", "--widths", f"8,{BIG}", "--submit-only"], "--widths", CUT),
+        (["sweep", "reprior", "--steps", BIG, "--submit-only"], "steps", CUT),
+        (["sweep", "vi", "--ns", f"500,{BIG}", "--submit-only"], "--ns", CUT),
+        (["sweep", "dln", "--problems", BIG, "--samplers", "sgld", "--step-sizes", "1e-6",
+          "--submit-only"], "sweep", f"{CUT} runs"),
+        (["sweep", "dln", "--problems", "1", "--samplers", "sgld", "--step-sizes", "1e400",
+          "--submit-only"], "sampler.params.step_size", "got inf"),
+        (["wide", "kl", "--widths", "8", "--draws", BIG], "--draws", CUT),
+        (["sweep", "order", "--target", "harmonic", "--samplers", "gla1", "--step-sizes", "0.1",
+          "--steps", BIG, "--submit-only"], "steps", CUT),
+        (["sweep", "dln", "--problems", "1", "--samplers", "sgld", "--step-sizes", "1e-6",
+          "--steps", BIG, "--submit-only"], "steps", CUT),
+        (["sweep", "reprior", "--steps", "-" + BIG, "--submit-only"], "steps", "-" + CUT),
+    ],
+)  # fmt: skip
+def test_numbers_past_floats_range_get_one_short_line(tmp_path, argv, field, shown):
+    from clitest import jobs
+
+    out = jobs(tmp_path, *argv)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith(f"error: {field}: ") and shown in lines[0], lines[0]
+    assert len(lines[0]) < 250, lines[0]  # the value cut short, not 400 digits echoed
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "shown"),
+    [
+        (f'"steps": {BIG}', "steps", CUT),
+        ('"chains": 1e400', "chains", "got inf"),
+        (f'"llc": {{"train_batch_size": {BIG}}}', "llc.train_batch_size", CUT),
+        ('"llc": {"train_lr": 1e400}', "llc.train_lr", "got inf"),
+        (f'"target": {{"name": "gaussian", "params": {{"dim": {BIG}}}}}', "target.params.dim",
+         CUT),
+        (f'"steps": {HUGE}', "spec", "(4300 digits)"),
+    ],
+    ids=["steps", "chains", "llc.train_batch_size", "llc.train_lr", "dim", "steps-5001-digits"],
+)  # fmt: skip
+def test_spec_file_numbers_past_floats_range_get_one_short_line(tmp_path, fields, field, shown):
+    from clitest import jobs
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(f'{{"target": {{"name": "banana"}}, "sampler": {{"name": "mala"}}, {fields}}}')
+    out = jobs(tmp_path, "submit", str(spec))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith(f"error: {field}: ") and shown in lines[0], lines[0]
+    assert len(lines[0]) < 250, lines[0]
+
+
+def test_an_integer_past_pythons_text_limit_is_named_without_a_traceback():
+    with pytest.raises(ParamError) as info:
+        landscapes.make("gaussian", dim=10**5000)
+    assert "an integer of about 5001 digits" in str(info.value), str(info.value)

@@ -186,7 +186,7 @@ def test_facts_equal_what_the_built_target_holds(name, params):
     assert got["floats"] == sum(t.numel() for t in tensors if t.is_floating_point())
     other = sum(t.numel() * t.element_size() for t in tensors if not t.is_floating_point())
     assert got["other_bytes"] == other
-    assert got["truth"] == (target.w0 is not None)
+    assert got["truth"] == (target.truth_point is not None)  # w0, or a potential's minimum
     assert got["nbeta"] == pytest.approx(target.nbeta)
     true = target.true_llc
     assert got["true_llc"] == (None if true is None else true[0])
@@ -484,3 +484,148 @@ def test_fractional_or_zero_sizes_are_refused_not_truncated(tmp_path, argv, flag
     out = jobs(tmp_path, *argv)  # once: 2.5 queued a width-2 network without a word
     assert out.returncode == 2 and f"{flag}: must be comma-separated integers >= 1" in out.stderr
     assert Store(tmp_path).list() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 60 item 5: what a sweep once queued without a word is refused, naming the field.
+
+
+def one_line(out, field: str, *fragments: str) -> str:
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith(f"error: {field}: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_reprior_sweep_at_depth_zero_is_refused(tmp_path):
+    from clitest import jobs
+
+    # depth 0 is Bayesian linear regression: no hidden layer, so every width is one network
+    out = jobs(tmp_path, "sweep", "reprior", "--depth", "0", "--submit-only")
+    one_line(out, "depth", "[1, 8]", "no hidden layer", "got 0")
+    assert Store(tmp_path).list() == []
+
+
+def test_a_calibration_on_a_potential_without_an_llc_is_refused(tmp_path):
+    from clitest import jobs
+
+    args = ["sweep", "calibrate", "--sampler", "sgld", "--step-sizes", "1e-3,1e-2"]
+    out = jobs(tmp_path, *args, "--target", "banana", "--submit-only")
+    one_line(out, "target", "banana is a potential", "no learning coefficient")
+    assert Store(tmp_path).list() == []
+    # normal-crossing knows its learning coefficient: a calibration there checks against it
+    out = jobs(tmp_path, *args, "--target", "normal-crossing", "--steps", "20", "--submit-only")
+    assert out.returncode == 0, out.stderr
+    assert len(Store(tmp_path).list()) == 2
+
+
+def test_a_checkpoint_sweep_keeps_its_observables_and_refuses_predictive_without_a_test_set(
+    tmp_path,
+):
+    from clitest import jobs
+
+    from tests import model_factories
+
+    torch.save(model_factories.small_classifier()[0].state_dict(), tmp_path / "step-10.pt")
+    args = ["sweep", "checkpoints", "--factory", "tests/model_factories.py:small_classifier"]
+    args += ["--checkpoints", str(tmp_path / "step-*.pt"), "--sampler", "sgld", "--steps", "20"]
+    out = jobs(tmp_path / "home", *args, "--observe", "predictive", "--submit-only")
+    one_line(out, "observables", "'predictive' evaluates the draws on a test set")
+    assert Store(tmp_path / "home").list() == []
+    out = jobs(tmp_path / "home", *args, "--observe", "thermo", "--submit-only")
+    assert out.returncode == 0, out.stderr  # kept beside llc, not dropped without a word
+    (run,) = Store(tmp_path / "home").list()
+    assert run.spec["observables"] == ["thermo", "llc"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 60 item 6: work with no reason to be unbounded is capped, saying the cap and why.
+
+
+def test_wide_kl_caps_its_prior_draws(tmp_path):
+    from clitest import jobs
+
+    started = time.perf_counter()
+    out = jobs(tmp_path, "wide", "kl", "--widths", "8", "--draws", "1000000000")
+    one_line(out, "--draws", "[2, 100000]", "got 1000000000", "Cholesky")
+    assert time.perf_counter() - started < 2.0  # refused before a width is built
+    one_line(jobs(tmp_path, "wide", "kl", "--widths", "8", "--draws", "0"), "--draws")
+    one_line(jobs(tmp_path, "wide", "kl", "--widths", "8", "--seed", str(2**64)), "--seed")
+    one_line(jobs(tmp_path, "wide", "kl", "--widths", "8", "--depth", "0"), "--depth", "width")
+
+
+@pytest.mark.parametrize("argv", [["worker", "--once"], ["sweep", "reprior", "--submit-only"]])
+def test_slots_are_capped(tmp_path, argv):
+    from clitest import jobs
+
+    out = jobs(tmp_path, *argv[:-1], "--slots", "100000000", argv[-1])
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    line = out.stderr.strip().splitlines()[-1]  # argparse's: its usage, then the line
+    assert "--slots: must be an integer in [1, " in line and "got '100000000'" in line, line
+    assert "worker process" in line, line  # why
+    assert Store(tmp_path).list() == []
+
+
+def test_a_spec_path_that_is_a_fifo_is_refused_without_opening_it(tmp_path):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no named pipes here")
+    os.mkfifo(tmp_path / "spec.json")  # no writer: open() would wait for one forever
+    # a subprocess for its timeout: a hang here would stall the suite
+    out = subprocess.run(
+        [sys.executable, "-m", "jobs", "submit", str(tmp_path / "spec.json")],
+        cwd=ROOT,
+        env={**os.environ, "BASIN_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    one_line(out, "spec", "is not a regular file (a FIFO, device or folder)")
+    out = subprocess.run(
+        [sys.executable, "-m", "jobs", "submit", "/dev/zero"],
+        cwd=ROOT,
+        env={**os.environ, "BASIN_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    one_line(out, "spec", "/dev/zero is not a regular file")
+
+
+def nuts(**params) -> dict:
+    return {
+        "target": {"name": "banana"},
+        "sampler": {"name": "nuts", "params": params},
+        "chains": 16,
+        "steps": 500,
+    }
+
+
+def test_the_time_estimate_counts_nuts_trees_at_their_depth():
+    from runs import budget
+
+    usual = budget.estimate_seconds(nuts(step_size=0.1))
+    tiny = budget.estimate_seconds(nuts(step_size=1e-6))  # trees of 2^10 leapfrogs
+    cold = budget.estimate_seconds(nuts(step_size=0.1, nbeta=1e-12))  # a scale of ~2.5e6
+    assert usual < budget.BUDGET_SECONDS < tiny and tiny == pytest.approx(cold)
+    assert budget.gradient_evaluations(nuts(step_size=1e-6)) >= 2**10
+    assert budget.gradient_evaluations(nuts(step_size=1e-6, max_depth=4)) < 2**6  # its cap
+    assert budget.gradient_evaluations(nuts(step_size="auto")) < 2**7  # the warm-up adapts it
+    # a step at the target's own scale: its trees are short whatever the scale is
+    small = {"name": "gaussian", "params": {"scales": [1e-6]}}
+    assert budget.gradient_evaluations({**nuts(step_size=1e-7), "target": small}) < 2**7
+
+
+@pytest.mark.parametrize(
+    ("param", "field", "advice"),
+    [("step_size=1e-12", "step_size", "or 'auto'"), ("nbeta=1e-12", "nbeta", "raise nbeta")],
+)
+def test_nuts_far_below_its_targets_scale_is_refused_at_submit(tmp_path, param, field, advice):
+    from clitest import jobs
+
+    out = jobs(tmp_path, "submit", "--target", "banana", "--sampler", "nuts", "--param", param)
+    one_line(out, f"sampler.params.{field}", "max_depth 10", "1023 leapfrog steps", advice)
+    assert Store(tmp_path).list() == []
+    out = jobs(tmp_path, "submit", "--target", "banana", "--sampler", "nuts", "--steps", "50")
+    assert out.returncode == 0, out.stderr  # NUTS at its default step is queued
