@@ -3,7 +3,9 @@
 Each field of RunSpec becomes a flag named after it (``--burn-in`` for ``burn_in``): a Literal
 gives its choices, int and float their type, and the field's ``json_schema_extra["cli"]`` its
 help and, where it differs, its flag name and metavar; ``"cli": None`` marks a field only a spec
-file sets. A registry component (target, sampler) is ``--NAME`` (one of the registry's names)
+file sets. A list of names is a repeatable flag (``--observe llc --observe ess``), a list of
+numbers one flag followed by them all (``--start -1 2.5``). A registry component (target,
+sampler) is ``--NAME`` (one of the registry's names)
 and ``--NAME-param K=V``; a nested model is either a K=V flag (vi) or, with a "group", a flag per
 field in that group (llc). ``spec_from_args`` reads the same fields back, so a field added to
 RunSpec is a flag without an edit here.
@@ -12,6 +14,7 @@ RunSpec is a flag without an edit here.
 from __future__ import annotations
 
 import argparse
+import re
 import types
 from typing import Literal, Union, get_args, get_origin
 
@@ -20,10 +23,12 @@ from pydantic.fields import FieldInfo
 
 import landscapes
 import samplers
-from runs.spec import Component, RunSpec, SpecError, read_spec_file
+from runs.spec import Component, RunSpec, SpecError
+from runs.spec_file import read_spec_file
 from studies.arguments import pairs
 
 REGISTRIES = {"target": landscapes.REGISTRY, "sampler": samplers.REGISTRY}
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-inf(inity)?$", re.IGNORECASE)
 SPEC_HELP = "a RunSpec as a JSON file (flags override it)"
 JSON_HELP = "print a JSON summary on stdout"
 # Target parameters with a flag of their own (``--loss-convention sum``): name -> help; the
@@ -112,6 +117,16 @@ def _add_field(parser, name: str, info: FieldInfo) -> None:
         parser.add_argument(
             flag, dest=flag[2:].replace("-", "_"), help=meta.get("help"), **repeated
         )
+    elif get_origin(kind) is list and get_args(kind)[0] in (int, float):
+        number = get_args(kind)[0]  # a point: all its numbers after one flag
+        parser.add_argument(
+            _flag(name, meta),
+            dest=_dest(name, meta),
+            nargs="+",
+            type=number,
+            metavar=meta.get("metavar", "X"),
+            help=meta.get("help"),
+        )
     elif get_origin(kind) is list:
         repeated = _repeated(meta.get("metavar", "NAME"))
         parser.add_argument(
@@ -127,6 +142,9 @@ def _repeated(metavar: str) -> dict:
 
 def add_spec_flags(parser: argparse.ArgumentParser, model: type[BaseModel] = RunSpec) -> None:
     """The optional spec file, a flag per field of ``model`` (RunSpec), and --json."""
+    # argparse takes "-1e-3" and "-inf" for flags (its pattern knows only -1 and -.5); a list of
+    # numbers (--start -1e-3 2) reads them as numbers. No flag of these commands looks like one.
+    parser._negative_number_matcher = NEGATIVE_NUMBER
     parser.add_argument("spec", nargs="?", help=SPEC_HELP)
     for name, info in model.model_fields.items():
         _add_field(parser, name, info)

@@ -55,6 +55,7 @@ class Gaussian(Target):
         self.cov = self.factor @ self.factor.T
         self.precision = (rot / s**2) @ rot.T
         self.mean = torch.zeros(self.dim, dtype=torch.float64)
+        self.minimum = self.mean.clone()  # the mode: where an LLC's w0 "truth" starts
         self.log_z = 0.5 * self.dim * LOG_2PI + float(torch.log(s).sum())
         self.marginals = {i: _normal_logpdf(float(self.cov[i, i])) for i in range(self.dim)}
         if self.dim >= 2:
@@ -130,6 +131,8 @@ class TwistedGaussian(Target):
         self.chol = torch.linalg.cholesky(self.sigma)
         self.log_z = LOG_2PI + 0.5 * float(torch.logdet(self.sigma))
         self.constants = (*mu, *self.sigma_inv.flatten().tolist())
+        # The mode: p(x) = N(T(x); mu, Sigma) exactly (|det J_T| = 1), largest where T(x) = mu.
+        self.minimum = self.inverse(self.mu[None])[0]
 
     def _whitened(self, w: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """r = T(w) - mu and s = Sigma^-1 r, as [C, 1] columns r0, r1, s0, s1."""

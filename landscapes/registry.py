@@ -508,7 +508,8 @@ def facts(name: str, params: dict[str, Any]) -> dict[str, Any]:
       widths        one data point's numbers through a forward pass, input to output (the
                     layer widths; () for potentials), which a step's activations scale with
       nbeta         the default n beta (n / log n for networks, 1 for potentials)
-      truth         whether the target knows its true parameter w0
+      truth         whether the target knows its true parameter w0 (a potential: the known
+                    minimum of its energy, ``Target.minimum``)
       true_llc      the true learning coefficient, or None where unknown (a random-rank DLN
                     over 1e6 parameters: its rank needs the drawn layers)
       multiplicity  its multiplicity, or None
@@ -537,7 +538,7 @@ def _potential_facts(name: str, values: str) -> dict[str, Any]:
         "n": target.n,
         "widths": (),
         "nbeta": float(target.nbeta),
-        "truth": target.w0 is not None,
+        "truth": target.truth_point is not None,
         "true_llc": None if true is None else true[0],
         "multiplicity": None if true is None else true[1],
         "floats": sum(t.numel() for t in tensors if t.is_floating_point()),

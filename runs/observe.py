@@ -86,7 +86,7 @@ class LLCObserver(Observer):
         g = torch.Generator(device=device).manual_seed(spec.seed + 104_729)  # not the chains'
         self.mode = resolve_w0(spec, target_facts(spec))
         self.training = None
-        w0 = target.w0 if self.mode == "truth" else random_init(target, g)
+        w0 = target.truth_point if self.mode == "truth" else random_init(target, g)
         if self.mode == "train":
             w0 = self._train(w0, g, report)
         self.w0 = w0.to(device=device, dtype=target.dtype)

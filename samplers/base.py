@@ -281,6 +281,12 @@ class Kernel(ABC):
         its steps."""
         return {"xi": Draw("normal", (chains, dim))}
 
+    def initial(self, target: Target, generator: torch.Generator, chains: int) -> Tensor:
+        """[C, d] where a run's chains start when its spec gives no start: the target's own
+        (``Target.initial``). An ensemble kernel whose paper starts its walkers otherwise (EQN:
+        all at one point) says so here."""
+        return target.initial(generator, chains)
+
     def start(self, state: State, target: Target, generator: torch.Generator) -> State:
         """The kernel's state at the start (its own dataclass); the base state by default."""
         return state

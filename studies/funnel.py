@@ -33,6 +33,10 @@ PROTOCOL: dict[str, dict] = {
     "shampoo": {"metric": "shampoo", "step_size": 0.003},
 }
 CHAINS, STEPS, BURN_FRACTION = 32, 200_000, 0.1
+# The Funnel page's default length: its 4 metrics x 32 chains x 200,000 steps would be ~340 MiB
+# and ~7 min, over both run budgets (runs.budget: 50 MiB, 60 s), and the first Run would queue
+# nothing; a tenth of the steps fits them (~34 MiB, ~55 s estimated on a store with no history).
+PAGE_STEPS = 20_000
 
 
 def parameters(metric: str) -> dict:

@@ -118,3 +118,41 @@ def test_suspect_tails_are_the_ones_far_from_the_truth():
     assert flags[2] == ["P(v<-5)", "P(v<-10)", "KS vs N(0,80)"]  # the paper's monge
     assert funnel.suspect("v min", -15.0) and not funnel.suspect("v min", -21.0)
     assert funnel.suspect("KS vs N(0,80)", 0.06) and not funnel.suspect("v sd", 8.5)
+
+
+def test_the_pages_default_experiment_is_queued_by_the_first_click(no_workers):
+    """Issue 60, item 16: 4 metrics x 32 chains x 200,000 steps was ~342 MiB and ~430 s, over
+    both budgets, so the first Run said "nothing was queued". The page's default now fits them,
+    and says the paper's scale beside it."""
+    at = page("funnel")
+    assert not at.warning, [w.value for w in at.warning]  # no "Over budget" before the click
+    at.button(key="fun.run").click().run()
+    assert not errors(at), errors(at)
+    runs = Store(no_workers).list()
+    assert sorted(r.spec["sampler"]["params"]["metric"] for r in runs) == sorted(funnel.PROTOCOL)
+    assert {(r.spec["chains"], r.spec["steps"]) for r in runs} == {(funnel.CHAINS, 20_000)}
+    captions = " ".join(c.value for c in at.caption)
+    assert "32 chains × 200,000 steps" in captions and "Run anyway" in captions
+
+
+@pytest.mark.slow
+def test_every_pages_run_button_queues_its_default_experiment(no_workers):
+    """Each page's primary button (Run, Launch, Run the study, ...) at the page's defaults
+    queues runs, with no error: none is over the budget on the first click."""
+    buttons = {
+        "funnel": "fun.run",
+        "playground": "pg.run",
+        "compare": "cmp.run",
+        "networks": ("net.run", "cal.run", "vi.run"),
+        "dln_benchmark": "dln.launch",
+        "integrators": "ord.launch",
+        "wide_networks": "wide.run",
+    }
+    store = Store(no_workers)
+    for name, keys in buttons.items():
+        for key in (keys,) if isinstance(keys, str) else keys:
+            before = len(store.list())
+            at = page(name)
+            at.button(key=key).click().run()
+            assert not errors(at), (name, key, errors(at))
+            assert len(store.list()) > before, (name, key)

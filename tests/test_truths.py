@@ -1,10 +1,13 @@
 """Truth oracles against the tables of docs/methods (local-sampling.md, vi.md) and each other."""
 
 import itertools
+import json
 import math
 import random
 
 import pytest
+import torch
+from clitest import jobs
 
 import landscapes
 from landscapes.truths import (
@@ -14,6 +17,7 @@ from landscapes.truths import (
     rrr_llc,
     tanh_llc,
 )
+from runs.store import Store
 
 # docs/methods/local-sampling.md's table: H (H0..HM), r, d, lambda, m (None: not given).
 DLN_TABLE = [
@@ -179,3 +183,76 @@ def test_finite_t_tends_to_the_rlct_from_below():
     assert values == sorted(values) and values[-1] < 1 / 6 < values[-1] + 0.01
     nc = landscapes.make("normal-crossing", k=(1, 2), n=10_000, device="cpu")
     assert nc.llc_at() == pytest.approx(0.2358, abs=6e-5)
+
+
+# -- a potential's known minimum: where an LLC with --w0 truth starts (issue 60, item 13) ------
+
+# target, its parameters as flags, its energy's global minimum (the density's mode). The banana
+# and the squiggle are N(T(x); mu, Sigma) with |det J_T| = 1, so their mode is T^-1(mu): the
+# banana's x0 = a mu0 = 0, x1 = mu1 / a - b (x0^2 + a^2) = 4 / 2 - 0.2 * 4 = 1.2.
+MINIMA = [
+    ("gaussian", ["dim=3", "scales=2"], [0.0, 0.0, 0.0]),
+    ("harmonic", ["dim=2"], [0.0, 0.0]),
+    ("banana", [], [0.0, 1.2]),
+    ("squiggle", [], [0.0, 0.0]),
+]
+
+
+def test_the_potentials_with_a_minimum_are_these_and_it_is_their_lowest_energy():
+    have = []
+    for name, spec in landscapes.REGISTRY.items():
+        if spec.kind == "network" or name == "custom":
+            continue
+        target = landscapes.make(name, dtype="float64")
+        if target.minimum is None:
+            continue
+        have.append(name)
+        point = target.minimum[None]
+        assert torch.allclose(target.grad(point), torch.zeros_like(point), atol=1e-12), name
+        draws = target.exact_sample(torch.Generator().manual_seed(1), 4000)
+        assert float(target.loss(point)[0]) <= float(target.loss(draws).min()), name
+    assert sorted(have) == [m[0] for m in sorted(MINIMA)]
+
+
+def llc_run(home, name: str, params: list[str], *more: str):
+    argv = ["run", "--target", name, *(x for p in params for x in ("--target-param", p))]
+    argv += ["--sampler", "mala", "--param", "step_size=0.05", "--observe", "llc"]
+    return jobs(home, *argv, "--compile", "never", "--json", *more)
+
+
+@pytest.mark.parametrize(("name", "params", "minimum"), MINIMA)
+def test_a_potential_with_a_known_minimum_starts_an_llc_there(tmp_path, name, params, minimum):
+    target = landscapes.make(name, dtype="float64", **dict(p.split("=") for p in params))
+    point = torch.tensor([minimum], dtype=torch.float64)
+    assert torch.allclose(target.grad(point), torch.zeros_like(point), atol=1e-12)
+    draws = target.exact_sample(torch.Generator().manual_seed(0), 4000)
+    assert float(target.loss(point)[0]) <= float(target.loss(draws).min())  # the lowest energy
+    out = llc_run(tmp_path, name, params, "--w0", "truth", "--chains", "4", "--steps", "20")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["observables"]["llc"]["w0"] == "truth"
+    assert summary["loss"]["init"] == pytest.approx(float(target.loss(point)[0]), abs=1e-6)
+    w0 = Store(tmp_path).get_array(summary["run_id"], "w0")
+    assert w0.tolist() == pytest.approx(minimum, abs=1e-6)
+
+
+def test_the_temperature_check_from_the_gaussians_mode_gives_half_its_dimension(tmp_path):
+    """E[nbeta (L - L(w0))] at nbeta = 1 on N(0, I_d) from its mode is d / 2; w0 "auto" resolves
+    to the mode now that the Gaussian has one."""
+    out = llc_run(tmp_path, "gaussian", ["dim=4"], "--chains", "32", "--steps", "600")
+    assert out.returncode == 0, out.stderr
+    llc = json.loads(out.stdout)["observables"]["llc"]
+    assert llc["w0"] == "truth" and llc["baseline_loss"] == 0.0
+    assert llc["mean"] == pytest.approx(2.0, abs=max(0.12, 4 * llc["se"]))
+
+
+@pytest.mark.parametrize("name", ["funnel", "softplus-funnel", "donut", "mixture"])
+def test_a_potential_without_a_usable_minimum_refuses_w0_truth_in_one_line(tmp_path, name):
+    """The funnels' modes lie at the neck's tip (v = -40.5 for Neal's at d = 10), where x's
+    curvature is e^40.5: MALA rejects every move there and SGLD throws v to 7e9; the donut's
+    minimum is a ring, the mixture's mode has no closed form."""
+    out = llc_run(tmp_path, name, [], "--w0", "truth", "--steps", "10")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        f"error: llc.w0: {name} has no known truth; use 'init' ({name} has no data)"
+    ]
