@@ -16,9 +16,10 @@ from pathlib import Path
 from cli.common import StatusLine, out_path, write
 from cli.flags import add_spec_flags, spec_from_args
 from runs.budget import check_budget
+from runs.build import check_files
 from runs.jsonsafe import json_safe
 from runs.spec import SpecError, parse_spec
-from runs.store import DamagedStore, Store, StoreError
+from runs.store import RESUMABLE, DamagedStore, LostClaim, Store, StoreError
 from studies.arguments import slots
 from studies.predictive import predictive_lines
 
@@ -37,27 +38,38 @@ def cmd_run(args: argparse.Namespace, store: Store) -> int:
 
 def cmd_resume(args: argparse.Namespace, store: Store) -> int:
     """An interrupted (or cancelled) run, continued here: it replays its steps from the seed
-    without writing what the store holds, then records the rest (``runs.loop``)."""
-    record = store.get(args.id)
-    if record.status not in ("interrupted", "cancelled"):
-        print(
-            f"resume: run {args.id} is {record.status}; only interrupted or cancelled runs "
-            "can be resumed",
-            file=sys.stderr,
-        )
-        return 2
-    spec = parse_spec(record.spec)
-    store.requeue(args.id)
-    return _foreground(args, store, args.id, spec)
+    without writing what the store holds, then records the rest (``runs.loop``). The run is
+    taken in one step (interrupted or cancelled -> running here), so of two resumes at once
+    one runs it and the other exits 2."""
+    record, taken = store.get(args.id), False
+    if record.status in RESUMABLE:
+        spec = parse_spec(record.spec)
+        check_files(spec)  # a model's factory gone: said here, and the run stays resumable
+        if store.hold(args.id, os.getpid(), RESUMABLE):
+            return _foreground(args, store, args.id, spec, held=True)
+        record, taken = store.get(args.id), True  # another process took it just now
+    if taken or record.status in ("queued", "running"):
+        by = f", process {record.worker_pid}" if record.worker_pid else ""
+        why = f"is already being resumed or run (now {record.status}{by})"
+    else:
+        why = f"is {record.status}"
+    only = "only interrupted or cancelled runs can be resumed"
+    print(f"resume: run {args.id} {why}; {only}", file=sys.stderr)
+    return 2
 
 
-def _foreground(args: argparse.Namespace, store: Store, run_id: str, spec) -> int:
-    """Run ``run_id`` in this process, progress on stderr, the summary on stdout."""
+def _foreground(
+    args: argparse.Namespace, store: Store, run_id: str, spec, held: bool = False
+) -> int:
+    """Run ``run_id`` in this process (``held``: this Store holds it already, a resume's),
+    progress on stderr, the summary on stdout."""
     from landscapes import ParamError
     from runs.loop import execute
     from runs.worker import cancelled, default_slots, disk_full, heartbeat, torch_threads
 
-    record = store.claim(os.getpid(), run_id)
+    record = store.get(run_id) if held else store.claim(os.getpid(), run_id)
+    if record is None:  # a worker of this store took the queued run first
+        raise LostClaim(f"run {run_id} was taken by a worker; `python -m jobs show {run_id}`")
     status = StatusLine()
 
     def report(p) -> None:
@@ -88,7 +100,9 @@ def _foreground(args: argparse.Namespace, store: Store, run_id: str, spec) -> in
             raise SpecError(exc.field, str(exc).removeprefix(f"{exc.field}: ")) from None
         raise
     status.close()
-    store.finish(run_id, summary["status"], summary=summary)
+    if not store.finish(run_id, summary["status"], summary=summary):  # taken over meanwhile
+        print(f"{run_id}: taken over by another process, which ends it", file=sys.stderr)
+        return 2
     for warning in summary["warnings"]:
         print(f"warning: {warning['code']}: {warning['message']}", file=sys.stderr)
     if args.json:
@@ -140,8 +154,8 @@ def _store_errors(command):
 def _name(spec: dict, role: str) -> str:
     """The spec's target or sampler name ("vi" for a variational fit); "?" where a stored spec
     lacks it."""
-    if role == "sampler" and spec.get("kind") == "vi":
-        return "vi"
+    if role == "sampler" and spec.get("kind") in ("vi", "nested"):
+        return spec["kind"]
     part = spec.get(role)
     return str(part.get("name", "?")) if isinstance(part, dict) else "?"
 
@@ -227,6 +241,13 @@ def cmd_export(args: argparse.Namespace, store: Store) -> int:
             f"run {args.id} is a vi run: it records its objective per epoch (epoch, "
             f"objective), not draws, so {args.format} has nothing to hold; use --format npz",
         )
+    if store.get(args.id).spec.get("kind") == "nested" and args.format != "npz":
+        raise SpecError(
+            "--format",
+            f"run {args.id} is a nested run: it records weighted points (iteration, position, "
+            f"log_l, log_weight), not chains of draws, so {args.format} has nothing to hold; "
+            "use --format npz",
+        )
     if args.format == "tati":
         return _export_tati(args, store)
     if args.every_nth is not None:
@@ -274,9 +295,9 @@ def _export_tati(args: argparse.Namespace, store: Store) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, store: Store) -> int:
-    from runs.worker import supervise
+    from runs.pool import serve  # with --owner: it stops once every app sharing it has ended
 
-    supervise(str(store.home), slots=args.slots, once=args.once, owner=args.owner)
+    serve(str(store.home), slots=args.slots, once=args.once, owner=args.owner)
     return 0
 
 

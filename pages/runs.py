@@ -17,8 +17,10 @@ import streamlit as st
 
 import ui
 from charts import table
+from runs.build import check_files
 from runs.jsonsafe import json_safe
-from runs.store import FINAL, STATUSES, DamagedStore
+from runs.spec import SpecError, parse_spec
+from runs.store import FINAL, RESUMABLE, STATUSES, DamagedStore, NotResumable
 
 ui.legacy_guard()  # a fresh server's first deep link: hand the run to the shell
 
@@ -66,10 +68,30 @@ def cancel(run_id: str) -> None:
 
 
 def resume(run_id: str) -> None:
-    """Back to the queue: a worker replays the run from its seed and records what is missing."""
-    with contextlib.suppress(KeyError):
-        ui.store().requeue(run_id)
-        ui.ensure_pool()
+    """Back to the queue: a worker replays the run from its seed and records what is missing.
+    Only from interrupted or cancelled: a second click or tab finds it queued (nothing to do)
+    or running, and says so beside the button (``resume_refusal``)."""
+    st.session_state.pop(f"runs.resume.error.{run_id}", None)
+    try:
+        record = ui.store().get(run_id)
+        check_files(parse_spec(record.spec))  # a model run whose factory file is gone: say so
+        ui.store().requeue(run_id, RESUMABLE)
+    except KeyError:  # deleted meanwhile
+        return
+    except (NotResumable, SpecError) as exc:  # held with the status it saw, while it keeps it
+        st.session_state[f"runs.resume.error.{run_id}"] = (str(exc), ui.store().get(run_id).status)
+        return
+    ui.ensure_pool()
+
+
+def resume_refusal(record) -> None:
+    """Why the last Resume of this run was refused, while the run's status is the one it had."""
+    key = f"runs.resume.error.{record.id}"
+    held = st.session_state.get(key)
+    if held and held[1] == record.status:
+        st.error(ui.plain(held[0]), icon=ui.WARNING)
+    elif held:
+        del st.session_state[key]
 
 
 def delete(run_id: str) -> None:
@@ -147,11 +169,13 @@ def actions(record) -> None:
                 help="Continue where its records end: the run replays its first steps from the "
                 "same seed (the same draws) without writing them again, then records the rest.",
             )
+        resume_refusal(record)
         if st.session_state.get(f"runs.confirm.{rid}"):
             still = " It is still running: its worker stops when it finds it gone." * (
                 record.status not in FINAL
             )
-            st.warning(f"Delete run {rid} and every record of it? This cannot be undone.{still}")
+            shown = ui.plain(rid)  # the store's: shown as typed
+            st.warning(f"Delete run {shown} and every record of it? This cannot be undone.{still}")
             yes, no = st.columns(2)
             yes.button(
                 "Delete permanently",
@@ -164,8 +188,9 @@ def actions(record) -> None:
         else:
             st.button("Delete…", key=f"runs.delete.{rid}", on_click=confirm, args=(rid, True))
     with right:
-        # a vi run records its objective per epoch, not draws: only the arrays carry it
-        formats = [".npz (numpy)"] if record.spec.get("kind") == "vi" else list(EXPORTS)
+        # a vi run records its objective per epoch, a nested run weighted points, not chains of
+        # draws: only the arrays carry them
+        formats = [".npz (numpy)"] if record.spec.get("kind") in ("vi", "nested") else list(EXPORTS)
         label = st.selectbox("Export as", formats, key=f"runs.format.{rid}")
         key = export_key(rid, label)
         failed = f"{key}.error"  # kept: the fragment reruns every 2 s and would wipe it
@@ -272,6 +297,7 @@ st.caption(
     "going when this tab closes and are listed here again when it reopens."
 )
 ui.ensure_pool()
+ui.pool.worker_notice()  # queued runs that no worker will take (BASIN_NO_WORKERS=1, nobody serves)
 runs_view()
 with st.expander("About exports"):
     st.markdown(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import re
 import types
 from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
@@ -23,8 +22,9 @@ from pydantic_core import PydanticCustomError
 
 import landscapes
 import samplers
-from landscapes import ParamError
+from landscapes.base import ParamError, shown
 from landscapes.registry import facts as landscape_facts
+from runs import nested_spec
 from samplers import llc
 from samplers.warmup import run_params
 
@@ -46,6 +46,8 @@ GiB = 2**30
 MAX_SPEC_BYTES = 2**20
 MAX_SPEC_DEPTH = 20
 MAX_START = 2000  # a start position is typed: at most a potential's largest d
+START_ALLOWED = f"a list of the target's d numbers (at most {MAX_START})"
+START_CLI = {"cli": {"help": "where every chain starts: d numbers (default: the target's start)"}}
 MAX_VI_DIM = 100_000  # a vi run's flow: four couplings of 2 x 3 layers of d x hidden weights
 
 
@@ -58,7 +60,8 @@ class SpecError(ValueError):
 
 
 def _fail(field: str, message: str) -> PydanticCustomError:
-    # A pydantic error that carries our own field path and message through ValidationError.
+    # A pydantic error that carries our own field path and message through ValidationError
+    message = re.sub(r"\d{21,}", lambda m: shown(int(m[0])), message)  # 400 digits: 20 of them
     return PydanticCustomError("spec", "{field}: {message}", {"field": field, "message": message})
 
 
@@ -158,12 +161,12 @@ SAMPLE_ONLY = (
 
 class RunSpec(_Model):
     # "sample": a kernel on a target (sampler required); "vi": a variational fit (vi options)
-    kind: Literal["sample", "vi"] = Field(
+    kind: Literal["sample", "vi", "nested"] = Field(
         "sample",
         json_schema_extra={
             "cli": {
-                "help": "sample (a sampler on the target; default) or vi (a variational fit, "
-                "--vi-param)"
+                "help": "sample (a sampler on the target; default), vi (a variational fit, "
+                "--vi-param) or nested (nested sampling's evidence, --nested-param)"
             }
         },
     )
@@ -178,6 +181,7 @@ class RunSpec(_Model):
             }
         },
     )
+    nested: nested_spec.Options | None = nested_spec.FIELD  # its settings: PARAMS
     # Bounds (ge, le) also write the error messages; those that depend on steps are in _check.
     chains: int = Field(64, ge=1, le=1_000_000)
     steps: int = Field(1000, ge=1, le=1_000_000_000)
@@ -221,9 +225,9 @@ class RunSpec(_Model):
             }
         },
     )
-    # Where every chain starts (d numbers); None: the target's start (its w0, else N(0, I)
-    # draws for potentials, the network's initialisation). No CLI flag: a spec file sets it.
-    start: list[float] | None = Field(None, max_length=MAX_START, json_schema_extra={"cli": None})
+    start: list[float] | None = Field(  # None: the target's own (w0, N(0, I) draws, an init)
+        None, max_length=MAX_START, description=START_ALLOWED, json_schema_extra=START_CLI
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RunSpec:
@@ -233,12 +237,12 @@ class RunSpec(_Model):
             raise _fail(
                 "device", f"must be {_allowed(RunSpec.model_fields['device'])}, got {self.device!r}"
             )
-        if self.kind == "vi":
+        if self.kind != "sample":  # vi and nested: a target and the kind's own options
             return self._check_vi()
         if self.sampler is None:
             raise _fail("sampler", "is required for a sampling run (kind 'sample')")
-        if self.vi is not None:
-            raise _fail("vi", "is for kind 'vi' runs only; this run's kind is 'sample'")
+        if other := "vi" if self.vi is not None else "nested" if self.nested else None:
+            raise _fail(other, f"is for kind '{other}' runs only; this run's kind is 'sample'")
         steps = self.steps
         for field, low, high, note in (
             ("burn_in", 0, steps - 1, " (below steps)"),
@@ -279,13 +283,14 @@ class RunSpec(_Model):
     def _check_vi(self) -> RunSpec:
         # a default is no choice (a stored spec holds every field): only other values are refused
         given = [n for n in SAMPLE_ONLY if getattr(self, n) != RunSpec.model_fields[n].default]
+        given += [k for k in ("vi", "nested") if k != self.kind and getattr(self, k) is not None]
         if given:
+            keys = [p.name for p in nested_spec.PARAMS] if self.kind == "nested" else None
             raise _fail(
                 given[0],
-                "does not apply to a vi run, which fits one flow (its options are under 'vi': "
-                f"{list(VIOptions.model_fields)})",
+                f"does not apply to a {self.kind} run (its options are under '{self.kind}': "
+                f"{keys or list(VIOptions.model_fields)})",
             )
-        self.vi = self.vi or VIOptions()
         registry = landscapes.REGISTRY
         if self.target.name not in registry:
             name = self.target.name
@@ -294,6 +299,10 @@ class RunSpec(_Model):
             self.target.params = registry[self.target.name].validate(self.target.params)
         except ParamError as exc:
             raise _fail(*param_error(exc, "target", self.target.name)) from None
+        if self.kind == "nested":  # a potential with a box (runs.nested_spec.boxed)
+            self.nested = nested_spec.boxed(self.target.name, self.target.params, self.nested)
+            return self
+        self.vi = self.vi or VIOptions()
         if self.target.params.get("parametrisation") == "reprior":
             raise _fail(
                 "target.params.parametrisation",
@@ -462,7 +471,7 @@ def _explain(error: dict[str, Any]) -> SpecError:
     if error["type"] == "missing":
         return SpecError(path, "is required")
     allowed = _allowed(info) if info else f"an object with keys {list(RunSpec.model_fields)}"
-    return SpecError(path, f"must be {allowed}, got {error['input']!r}")
+    return SpecError(path, f"must be {allowed}, got {shown(error['input'])}")
 
 
 def parse_spec(data: dict[str, Any] | str) -> RunSpec:
@@ -477,44 +486,6 @@ def parse_spec(data: dict[str, Any] | str) -> RunSpec:
         return RunSpec.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc.errors()[0]) from None
-
-
-def read_spec_file(path: str) -> Any:
-    """The JSON value in the file ``path``; a SpecError on "spec" when it cannot be read, is
-    larger than MAX_SPEC_BYTES (found before it is read whole) or nested deeper than
-    MAX_SPEC_DEPTH."""
-    deep = f"{path} is nested deeper than {MAX_SPEC_DEPTH} levels"
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_SPEC_BYTES + 1)
-    except OSError as exc:
-        raise SpecError("spec", f"cannot read {path}: {exc}") from None
-    if len(raw) > MAX_SPEC_BYTES:
-        size = os.stat(path).st_size
-        held = human_bytes(size) if size > MAX_SPEC_BYTES else "more"  # a pipe has no size
-        raise SpecError(
-            "spec", f"{path} is {held}, over the {MAX_SPEC_BYTES >> 20} MiB a spec file may hold"
-        )
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except RecursionError:
-        raise SpecError("spec", deep) from None
-    except ValueError as exc:  # not UTF-8, not JSON
-        raise SpecError("spec", f"cannot read {path}: {exc}") from None
-    if _depth(data) > MAX_SPEC_DEPTH:
-        raise SpecError("spec", deep)
-    return data
-
-
-def _depth(value: Any) -> int:
-    """How deeply JSON lists and objects nest in ``value`` (a number 0, [1] 1), no recursion."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, level + 1)
-            stack += [(v, level + 1) for v in (item.values() if isinstance(item, dict) else item)]
-    return deepest
 
 
 class TargetFacts(NamedTuple):
@@ -574,7 +545,8 @@ def resolve_w0(spec: RunSpec, facts: TargetFacts) -> str:
             else ("truth" if facts.has_truth else "init")
         )
     if mode == "truth" and not facts.has_truth:
-        raise SpecError("llc.w0", f"{name} has no known truth; use 'train' or 'init'")
+        other = "'train' or 'init'" if facts.has_data else f"'init' ({name} has no data)"
+        raise SpecError("llc.w0", f"{name} has no known truth; use {other}")
     if mode == "train" and not facts.has_data:
         raise SpecError("llc.w0", f"{name} has no data to train on; use 'truth' or 'init'")
     return mode
