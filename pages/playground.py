@@ -294,6 +294,8 @@ def acceptance_delta(acceptance: float | None, band: tuple | None) -> str | None
 def view_controls(run_id: str) -> tuple:
     """The shown run's drawing options and tail thresholds: ``live_run``'s arguments."""
     spec = runs[run_id].spec
+    if nested_view.is_nested_run(spec):  # no chains, paths or tails: the contours alone
+        return run_id, 0, 0, st.toggle("contours of log density −U", True, key="pg.log_scale"), []
     shown_target = target_of(spec["target"]["name"], diagnostics.params_json(spec))
     d1, d2, d3 = st.columns(3)
     show = d1.slider("chains drawn", 1, 16, 8, key="pg.show")

@@ -68,7 +68,11 @@ CALIBRATION_RUNS = 10  # the newest completed runs of the same target and sample
 
 
 NUTS_DEPTH = 6  # a typical NUTS tree before runs calibrate it: 2^6 leapfrogs (donut, eps 0.1)
-NUTS_DOUBLING_S = 5e-3  # ... each doubling's bookkeeping and host sync, eager
+NUTS_DOUBLING_S = 5e-3  # ... each doubling's bookkeeping and host sync, in lockstep (warm-up)
+# ... a leaf grown in the forest (samplers.forest: every step after a warm-up) costs this share
+# of a step's overhead: 3.2e-4 s a leaf at 32 chains on the banana (step 0.1, 2000 steps, 41 s
+# on a loaded 2-core machine, 2026-11-29), against 5.3e-4 s the model gives a step
+NUTS_LEAF = 0.6
 # energy evaluations a step of the kernels whose cost no parameter sets, before runs calibrate
 # it: a slice search at a width near the target's scale makes ~3-6 (Neal 2003, Sec. 4), each
 # with a host sync; gibbs makes one search per coordinate
@@ -81,8 +85,7 @@ def gradient_evaluations(spec: dict) -> int:
     name, params = spec["sampler"]["name"], spec["sampler"].get("params") or {}
     takes = {p.name: p.default for p in samplers.REGISTRY[name].params}
     if name == "nuts":
-        depth = nuts_depth(spec)
-        return 2**depth + int(depth * NUTS_DOUBLING_S / STEP_OVERHEAD_S)
+        return 2 ** nuts_depth(spec)
     if name in SEARCHES:
         return SEARCHES[name]
     for steps in ("leapfrog_steps", "n_steps"):  # HMC's, MCHMC's trajectory
@@ -186,10 +189,22 @@ def model_seconds(spec: dict, steps: int | None = None) -> float:
     run = parse_spec(spec)
     dim = target_facts(run).dim
     g = gradient_evaluations(spec) * (dim if run.sampler.name == "gibbs" else 1)
+    if run.sampler.name == "nuts":
+        g *= _nuts_leaf_cost(run, spec)
     if run.target.name in AUTOGRAD_TARGETS:
         g *= AUTOGRAD_FACTOR
     per_step = g * (STEP_OVERHEAD_S + run.chains * max(dim, 2) * CHAIN_COORDINATE_S)
     return (run.steps if steps is None else steps) * per_step
+
+
+def _nuts_leaf_cost(run: RunSpec, spec: dict) -> float:
+    """A NUTS leaf's cost in steps of the model, over the run: NUTS_LEAF in the forest; in the
+    lockstep warm-up (step_size auto: the burn-in) a whole step plus a share of each doubling's
+    bookkeeping."""
+    depth = nuts_depth(spec)
+    lockstep = 1.0 + depth * NUTS_DOUBLING_S / STEP_OVERHEAD_S / 2**depth
+    warm = min(run.burn_in, run.steps) if run.sampler.params.get("step_size") == "auto" else 0
+    return (warm * lockstep + (run.steps - warm) * NUTS_LEAF) / run.steps
 
 
 def estimate_seconds(spec: dict, store: Store | None = None) -> float:

@@ -137,7 +137,6 @@ def nested_run(spec: RunSpec, store: Store, run_id: str, pace: Pace, started: fl
         "draws": len(draws),
         "seconds": time.perf_counter() - started,
         "sampling_seconds": time.perf_counter() - sampling,
-        "compiled": False,
         "observables": {},
         "warnings": [],
     }
@@ -222,9 +221,16 @@ def judge(summary: dict, draws: np.ndarray, exact: np.ndarray | None) -> dict:
     errors of the exact normaliser and the draws pass KS against the exact sampler; a fail when
     either does not, or the run did not reach its dlogz stop. No band is set on the efficiency
     (iterations per evaluation): neither Buchner (2016) nor the Gallery states one."""
-    return verdict.verdict_of(
+    found = verdict.verdict_of(
         [_stopped(summary), _evidence(summary), _ks(draws, summary["ess"], exact)]
     )
+    checked = ["the run reached its dlogz stop"]
+    if summary.get("exact_log_z") is not None:
+        checked.append(f"log Z lies within {AGREES:g} of its errors of the exact normaliser")
+    if exact is not None:
+        checked.append("its draws pass KS against the exact sampler")
+    said = checked[0] if len(checked) == 1 else ", ".join(checked[:-1]) + " and " + checked[-1]
+    return {**found, "checked": said}
 
 
 def _stopped(summary: dict) -> verdict.Signal | None:

@@ -187,7 +187,8 @@ VERDICT_TEXT = {
 def verdict_box(verdict: dict, status: str = "completed") -> None:
     """A verdict in colour: green good, amber warn, red fail, each signal with what to try."""
     word = verdict["status"]
-    head = f"{status.capitalize()} · verdict **{word}**: {VERDICT_TEXT[word]}."
+    said = verdict.get("checked") if word == "good" else None  # a run kind's own checks
+    head = f"{status.capitalize()} · verdict **{word}**: {said or VERDICT_TEXT[word]}."
     lines = [
         f"- **{plain(s['code'])}** ({plain(s['status'])}): {plain(s['message'])}."
         + (f" *Try:* {plain(s['try'])}." if s["try"] else "")  # a warning's advice is its message

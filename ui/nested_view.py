@@ -45,8 +45,8 @@ def explain() -> tuple[str, str]:
 
 def settings(key: str) -> dict | None:
     """The nested run's settings (``samplers.nested.PARAMS``) and its seed; None after an
-    inline error. The live points default to 200: a run of a second or two on a potential."""
-    params = param_inputs(SPEC, key=key, defaults={"live": 200})
+    inline error. The live points default to the SPEC's 400: a second or two on a potential."""
+    params = param_inputs(SPEC, key=key)
     seed = number_field(SEED, kept(f"{key}.seed"))  # the run's only other field
     if params is None or seed is None:
         return None
