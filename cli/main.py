@@ -35,6 +35,7 @@ A bad spec exits with code 2 and one message naming the field. The store is $BAS
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import sys
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
+    finally:  # closed here, not at teardown (``run`` skips it): SQLite folds each WAL back
+        with contextlib.suppress(Exception):
+            store.close()
 
 
 def run() -> None:

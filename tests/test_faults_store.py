@@ -457,3 +457,17 @@ def test_export_to_dev_null_or_a_pipe_is_refused_clearly(tmp_path):
         with pytest.raises(ValueError, match="not a regular file"):
             store.export_npz(run_id, target)
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary file
+
+
+def test_a_cli_process_leaves_each_run_file_whole_with_no_write_ahead_log(tmp_path):
+    """The process skips the collector's teardown (cli.main.run), so the CLI closes the store
+    itself: SQLite folds each write-ahead log back into its file, and a run's index is one
+    file a user can copy (the faults census damaged a leftover -wal instead of the index)."""
+    out = process(
+        tmp_path, "run", "--target", "banana", "--sampler", "mala", "--param",
+        "step_size=0.1", "--chains", "4", "--steps", "400", "--flush-every", "100",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    left = sorted(p.name for p in tmp_path.rglob("*") if p.name.endswith(("-wal", "-shm")))
+    assert left == [], left
+    assert len(list((tmp_path / "runs").glob("*.sqlite"))) == 1
