@@ -176,9 +176,12 @@ def deep_listing(home: Path) -> subprocess.CompletedProcess:
     (folder / "link.py").symlink_to(home / "outside.py")
     env = {**os.environ, "BASIN_HOME": str(home), "BASIN_MODELS": str(folder)}
     env["BASIN_NO_WORKERS"] = "1"
-    return subprocess.run(
+    out = subprocess.run(
         [sys.executable, "-c", PAGE], cwd=ROOT, env=env, capture_output=True, text=True
     )
+    noise = ("missing ScriptRunContext", "No runtime found")  # Streamlit's, outside a server
+    kept = [line for line in out.stderr.splitlines() if not any(n in line for n in noise)]
+    return subprocess.CompletedProcess(out.args, out.returncode, out.stdout, "\n".join(kept))
 
 
 def listed_with_notices(out: subprocess.CompletedProcess) -> bool:
