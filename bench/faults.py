@@ -199,14 +199,16 @@ def probes(home: Path) -> list[tuple[str, Callable[[], list[str]], Callable]]:
     ]  # fmt: skip
 
 
-def run() -> list[dict]:
+def run(make: Callable[[Path], list] | None = None) -> list[dict]:
+    """Each probe of ``make`` (default: all of them, ``probes``) once, in a store of its own."""
+    make = make or probes
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        count = len(probes(Path(tmp)))
+        count = len(make(Path(tmp)))
         for i in range(count):
             home = Path(tmp) / f"p{i}"  # each probe in a store of its own
             home.mkdir()
-            name, setup, check = probes(home)[i]
+            name, setup, check = make(home)[i]
             tic = time.perf_counter()
             try:
                 args = setup()  # CLI arguments, or a probe that ran its own processes

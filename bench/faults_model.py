@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import faults
 from bench.faults import ROOT, jobs, refused
 
 BOMB_BYTES = 1_200_000_000  # what the issue's 1.4 MB zip bomb held: 1.19 GB once inflated
@@ -320,27 +321,5 @@ def probes(home: Path) -> list[tuple[str, Callable, Callable[[subprocess.Complet
     ]  # fmt: skip
 
 
-def run() -> list[dict]:
-    """These probes alone, each in a store of its own (``bench.faults.run``'s loop)."""
-    import time
-
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        count = len(probes(Path(tmp)))
-        for i in range(count):
-            home = Path(tmp) / f"p{i}"
-            home.mkdir()
-            name, setup, check = probes(home)[i]
-            tic = time.perf_counter()
-            args = setup()
-            out = args if isinstance(args, subprocess.CompletedProcess) else jobs(home, *args)
-            crashed = "Traceback" in out.stderr or out.returncode < 0
-            verdict = "traceback" if crashed else "handled" if check(out) else "failing"
-            said = (out.stderr.strip().splitlines() or [out.stdout.strip()[:120]])[-1]
-            rows.append({"probe": name, "verdict": verdict, "said": said[:160]})
-            print(f"{verdict:<9} {time.perf_counter() - tic:6.1f} s  {name}: {said[:160]}")
-    return rows
-
-
 if __name__ == "__main__":
-    run()
+    faults.run(probes)  # these probes alone

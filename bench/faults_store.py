@@ -10,11 +10,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import faults
 from bench.faults import LIMIT_S, ROOT, SMALL, a_run, jobs, refused
 from runs.spec import parse_spec
 from runs.store import RESUMABLE, NotResumable, Store
@@ -206,24 +206,5 @@ def probes(home: Path) -> list[tuple[str, Callable, Callable]]:
     ]
 
 
-def run() -> list[dict]:
-    """Each probe once, in a store of its own (as ``bench.faults.run``)."""
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(len(probes(Path(tmp)))):
-            home = Path(tmp) / f"p{i}"
-            home.mkdir()
-            name, setup, check = probes(home)[i]
-            tic = time.perf_counter()
-            args = setup()
-            out = args if isinstance(args, subprocess.CompletedProcess) else jobs(home, *args)
-            crashed = "Traceback" in out.stderr or out.returncode < 0
-            verdict = "traceback" if crashed else "handled" if check(out) else "failing"
-            said = (out.stderr.strip().splitlines() or [out.stdout.strip()[:120]])[-1]
-            rows.append({"probe": name, "verdict": verdict, "said": said[:140]})
-            print(f"{verdict:<9} {time.perf_counter() - tic:6.1f} s  {name}: {said[:140]}")
-    return rows
-
-
 if __name__ == "__main__":
-    run()
+    faults.run(probes)  # these probes alone
