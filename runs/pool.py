@@ -16,7 +16,6 @@ pool stops only when every app named there has ended. An app that keeps its work
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import os
 import signal
@@ -185,9 +184,11 @@ def serve(home: str, slots: int | None, once: bool, owner: str | None) -> None:
         with _exclusive(store.home / LOCK):  # the app that started this pool wrote its list
             if _pid_named(store) != os.getpid():  # started by hand: a list there is older
                 _write_owners(store, [owner])
-        threading.Thread(target=_watch, args=(store,), daemon=True).start()
+    ended = threading.Event()  # every owner gone: supervise stops at the top of its loop
+    if owner is not None:
+        threading.Thread(target=_watch, args=(store, ended), daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):  # one before its loop began: no worker yet
-        supervise(home, slots=slots, once=once)
+        supervise(home, slots=slots, once=once, stopping=ended.is_set)
 
 
 def _pid_named(store: Store) -> int | None:
@@ -197,7 +198,7 @@ def _pid_named(store: Store) -> int | None:
         return None
 
 
-def _watch(store: Store) -> None:
+def _watch(store: Store, ended: threading.Event) -> None:
     """Stop this pool (as on Ctrl-C) once every app named among its owners has ended. The last
     look is taken under the starters' lock and removes the pool's files, so an app arriving
     meanwhile starts a new pool instead of joining this one as it stops."""
@@ -219,10 +220,9 @@ def _watch(store: Store) -> None:
             if _pid_named(store) == os.getpid():
                 _pidfile(store).unlink(missing_ok=True)
         break
-    # supervise turns SIGTERM into KeyboardInterrupt; wait until its handler is in place
-    while not callable(signal.getsignal(signal.SIGTERM)):
-        time.sleep(WATCH_S)
-    _thread.interrupt_main(signal.SIGTERM)
+    # an event, not an interrupt: one landing inside a worker's start left that worker out of
+    # the pool's list, and the process hung at exit joining it (found as leftover pools)
+    ended.set()
 
 
 def unserved(store: Store) -> int:

@@ -180,12 +180,17 @@ def _orphaned(parent: int) -> bool:
 
 
 def supervise(
-    home: str | None = None, slots: int | None = None, once: bool = False, owner: str | None = None
+    home: str | None = None,
+    slots: int | None = None,
+    once: bool = False,
+    owner: str | None = None,
+    stopping: Callable[[], bool] | None = None,
 ) -> None:
     """Keep up to ``slots`` workers busy while runs are queued; with ``once``, return when the
     queue is empty and no worker is left (tests, scripts), else serve until interrupted, with
     one warm worker always waiting. ``owner`` ("pid:start", the app that started it): stop as
-    on Ctrl-C once that process is gone, so stopping the app stops its workers."""
+    on Ctrl-C once that process is gone, so stopping the app stops its workers; ``stopping``:
+    likewise once it returns True (``runs.pool.serve``: every app sharing the pool is gone)."""
     if slots is not None and slots < 1:
         raise SpecError("slots", f"must be an integer >= 1 (runs at once), got {slots}")
     store = Store(home)
@@ -205,7 +210,7 @@ def supervise(
     cancel_seen: dict[str, float] = {}
     try:
         while True:
-            if owner is not None and not _owner_alive(owner):
+            if (owner is not None and not _owner_alive(owner)) or (stopping and stopping()):
                 raise KeyboardInterrupt
             store.mark_stale(STALE_S)
             workers = [w for w in workers if w.is_alive()]
@@ -224,7 +229,9 @@ def supervise(
                 return
             time.sleep(0.2)
     except KeyboardInterrupt:  # Ctrl-C: stop the workers; their runs end interrupted
-        for process in workers:
+        # and one a signal caught inside its start, before it joined the list: else the exit
+        # would wait on it for ever (multiprocessing joins every child)
+        for process in {*workers, *mp.active_children()}:
             process.terminate()
             process.join(10)
         store.mark_stale(STALE_S)  # their pids are gone now (joined)
