@@ -49,7 +49,7 @@ from .mclmc_tune import (
     tuned,
 )
 from .spec import LOC, NBETA, Param, Watch, aligned, kernel_spec
-from .warmup import WARMUP
+from .warmup import WARMUP, Warmed
 
 __all__ = ["MCHMC", "MCLMC", "Tuned", "find_L_and_step_size", "tune"]
 
@@ -189,7 +189,7 @@ ISOKINETIC = (
 )
 
 
-class MCLMC(_Microcanonical):
+class MCLMC(Warmed, _Microcanonical):
     """Microcanonical Langevin Monte Carlo, unadjusted, as ``blackjax.mclmc`` with its default
     ``isokinetic_mclachlan`` integrator: R(eps/2), one isokinetic step, R(eps/2), where R(t) is
     the partial refresh u <- (u + nu z)/|u + nu z|, nu = sqrt((exp(2 t / L) - 1) / d). Every
@@ -283,6 +283,7 @@ class MCLMC(_Microcanonical):
         """z0, z1: the refreshes before and after the integrator step."""
         return {"z0": Draw("normal", (chains, dim)), "z1": Draw("normal", (chains, dim))}
 
+    warms = "tunes"
     trust_in_estimate = TRUST_IN_ESTIMATE  # the tuner's other options (BlackJAX's)
     num_effective_samples = NUM_EFFECTIVE_SAMPLES
     l_factor = L_FACTOR
@@ -291,18 +292,6 @@ class MCLMC(_Microcanonical):
         super().__init__(**params)
         if self.auto:  # the tuner's stage is read on the host at every step
             self.compilable = False
-
-    @property
-    def auto(self) -> bool:
-        return self.step_size == "auto"
-
-    def check_warmup(self) -> int:
-        if self.warmup is None:
-            raise ValueError(
-                f"{self.name}.warmup: step_size auto tunes during a warm-up; give its length "
-                "(a run takes its burn-in)"
-            )
-        return self.warmup
 
     def start(self, state, target, generator):
         state = super().start(state, target, generator)

@@ -168,14 +168,13 @@ class AdaptState(MHState):
     m2: Tensor  # [C, d] their sum of squared deviations ([C, d, d]: of their outer products)
 
 
-class Adaptive:
-    """The warm-up's side of an MH kernel: its state, the step and metric a step uses, and the
-    adaptation after it. A kernel with a number for ``step_size`` is untouched (``auto`` False)."""
+class Warmed:
+    """A kernel whose ``step_size`` may be "auto": set during a warm-up of ``warmup`` steps
+    (Stan's here, MCLMC's tuner in samplers.mclmc)."""
 
     step_size: float | str
-    target_accept: float
     warmup: int | None
-    metric: str
+    warms = "adapts"  # what the warm-up does to the step, in the error below
 
     @property
     def auto(self) -> bool:
@@ -184,10 +183,18 @@ class Adaptive:
     def check_warmup(self) -> int:
         if self.warmup is None:
             raise ValueError(
-                f"{self.name}.warmup: step_size auto adapts during a warm-up; give its length "
-                "(a run takes its burn-in)"
+                f"{self.name}.warmup: step_size auto {self.warms} during a warm-up; give its "
+                "length (a run takes its burn-in)"
             )
         return self.warmup
+
+
+class Adaptive(Warmed):
+    """The warm-up's side of an MH kernel: its state, the step and metric a step uses, and the
+    adaptation after it. A kernel with a number for ``step_size`` is untouched (``auto`` False)."""
+
+    target_accept: float
+    metric: str
 
     def adapting_start(self, state: MHState, target, generator: torch.Generator) -> AdaptState:
         """The MH state with a warm-up beginning at Stan's heuristic step."""
