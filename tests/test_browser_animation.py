@@ -52,14 +52,12 @@ def test_the_playground_plays_the_first_steps_with_every_proposal(server, browse
     paused = frame_of(player)
     time.sleep(0.5)
     assert frame_of(player) == paused
-    start = time.perf_counter()
     player.locator("#step").click()
-    assert frame_of(player) == paused + 1  # answered in the page, no server round trip
+    # read at once after the click: a server round trip (a rerun) could not have redrawn it yet
+    assert frame_of(player) == paused + 1
     player.locator("#back").click()
     player.locator("#back").click()
     assert frame_of(player) == paused - 1
-    clicks = time.perf_counter() - start
-    assert clicks < 3.0, clicks  # three clicks through Playwright, each a few ms in the page
     assert "of 1000" in player.locator("#frame").inner_text()  # the steps traced by default
     screenshot(page, "animation")
     assert_clean(page)
