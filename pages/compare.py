@@ -5,7 +5,9 @@ Widgets (from the registries) -> one RunSpec per sampler -> ui.submit; their rec
 charts.runs: histograms of one coordinate on shared bins with the exact marginal, traces side
 by side, each sampler's IAT along the target's widest directions, and one diagnostics table
 with a row per sampler. EQN's chains are its walkers, one coupled ensemble: it gets a count of
-its own (``compare.WALKERS``); every other sampler runs the shared chains.
+its own (``compare.WALKERS``); every other sampler runs the shared chains. Nested sampling runs at
+its own settings (live points, stop) on the same target and seed: its resampled draws join the
+histogram, the KS column and the table (with its evidence); it has no trace or IAT.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import samplers
 import ui
 from charts.table import highlighted
 from landscapes import Param, ParamError
+from runs.nested_spec import box_error
 from runs.store import FINAL
 from samplers.explain import explain
 from studies import compare, diagnostics
-from studies.compare import WALKERS
+from studies.compare import NESTED, WALKERS, is_nested
 from studies.diagnostics import EXACT_DRAWS, POTENTIALS, labels_of
-from ui import animate
+from ui import animate, nested_view
 from ui.live import watch
 from ui.truths import (
     density_grid,
@@ -78,6 +81,35 @@ def eqn_vs_baoab() -> None:
     )
 
 
+def nested_settings(expanded: bool) -> dict | None:
+    """Nested sampling's own settings (``samplers.nested.PARAMS``); None after an inline error."""
+    with st.expander(f"nested: {nested_view.SPEC.paper}", expanded=expanded):
+        st.latex(nested_view.explain()[0])
+        params = ui.param_inputs(nested_view.SPEC, key="cmp.nested")
+        st.caption(
+            "Nested sampling runs until its evidence has converged, at these settings, on the "
+            "comparison's potential and seed: the chains, steps and burn-in below are the "
+            "kernels'. Its weighted dead points, resampled by weight, join the histogram and "
+            "the KS column; it has no chains to trace."
+        )
+    return params
+
+
+def spec_of(entry: str) -> dict:
+    """The RunSpec of one chosen entry on the page's target and budget."""
+    name, _ = ENTRIES[entry]
+    if name == NESTED:
+        chosen = {"nested": sampler_params[entry], "seed": length["seed"]}
+        return nested_view.spec_of(target_name, target_params, chosen)
+    return {
+        "target": {"name": target_name, "params": target_params},
+        "sampler": {"name": name, "params": sampler_params[entry]},
+        **length,
+        "chains": walkers.get(entry, length["chains"]),
+        "record": {"animate": animate.traced_steps(length["steps"])},  # the animated view
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Controls: one target, several samplers, one budget.
 
@@ -116,6 +148,9 @@ with right:
     sampler_params, walkers = {}, {}
     for entry in chosen:
         name, fixed = ENTRIES[entry]
+        if name == NESTED:
+            sampler_params[entry] = nested_settings(len(chosen) <= 2)
+            continue
         expanded = len(chosen) <= 2 or name in WALKERS
         with st.expander(f"{entry}: {samplers.REGISTRY[name].paper}", expanded=expanded):
             latex, _ = explain(name)
@@ -141,26 +176,22 @@ with right:
             sampler_params[entry] = None if params is None else {**params, **fixed}
 
 length = run_length("cmp")
+nested_problem = box_error(target_name, target_params) if target_ok and NESTED in chosen else None
+if nested_problem:
+    st.error(f"**nested**: the potential {nested_problem}.", icon=ui.WARNING)
 ready = (
     target_ok
+    and nested_problem is None
     and length is not None
     and all(p is not None for p in sampler_params.values())
     and all(w is not None for w in walkers.values())
 )
 # The shared chains' runs first (the estimate below names the first run's chains); an ensemble
-# runs its walkers, on the same target, steps, burn-in, thin and seed.
-queued = sorted(chosen, key=lambda entry: entry in walkers)
-specs = [
-    {
-        "target": {"name": target_name, "params": target_params},
-        "sampler": {"name": ENTRIES[entry][0], "params": sampler_params[entry]},
-        **length,
-        "chains": walkers.get(entry, length["chains"]),
-        "record": {"animate": animate.traced_steps(length["steps"])},  # the animated view
-    }
-    for entry in (queued if ready else [])
-]
-confirmed = ui.budget_gate(specs, "cmp")
+# runs its walkers, on the same target, steps, burn-in, thin and seed; nested sampling last.
+queued = sorted(chosen, key=lambda entry: (entry in walkers, entry == NESTED))
+specs = [spec_of(entry) for entry in (queued if ready else [])]
+# nested sampling takes seconds on a potential (as on the Playground): the kernels' budget
+confirmed = ui.budget_gate([spec for spec in specs if not is_nested(spec)], "cmp")
 
 if st.button("Run all", type="primary", key="cmp.run"):
     if len(chosen) < 2:
@@ -209,19 +240,27 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     group = open_group(ids, "cmp.polling")
     if group is None:
         return
-    records, _, first, params_json, target = group
+    records, _, _, params_json, target = group
+    kernels = {i: r for i, r in records.items() if not is_nested(r.spec)}
+    first = next(iter(kernels.values())).spec  # a comparison has a kernel's run (``comparisons``)
     label = labels_of(target)[coord]
     burn = diagnostics.burn_records(first)
     exact_all = exact_draws(target.name, params_json)
 
     labels = compare.run_labels(records.values())  # "sgrld · monge": a name is not enough
-    animated(records, labels, target, first, params_json)
+    animated(kernels, labels, target, first, params_json)
     for run_id, record in records.items():
         st.caption(f"**{ui.plain(labels[run_id])}**")
         ui.progress_bar(record)
     draws, data, exact_ok = {}, {}, {}
     for run_id, record in records.items():
         name = labels[run_id]
+        if is_nested(record.spec):  # its draws come at its end
+            exact_ok[name] = diagnostics.targets_exact(record.spec.get("nested") or {})
+            found = store.get_array(run_id, "draws") if record.status in FINAL else None
+            if found is not None and len(found):
+                draws[name] = found
+            continue
         data[name] = ui.Live(store, run_id, names=NAMES).update()
         exact_ok[name] = diagnostics.targets_exact(record.spec["sampler"]["params"])
         position = data[name].get("position")
@@ -254,7 +293,13 @@ def live_group(ids: list[str], coord: int, show: int) -> None:
     st.plotly_chart(histogram, key=f"cmp.hist.{ids[0]}")
 
     traces(data, ids[0], coord, show, label, edges, first["burn_in"])
-    iat_chart(target, records, labels, data, burn, all(exact_ok.values()))
+    if len(kernels) < len(records):
+        st.caption(
+            "nested has no chains to trace or IAT to read: its draws are its dead and last "
+            "live points resampled by their weights, worth about the weights' effective "
+            "sample size of independent draws."
+        )
+    iat_chart(target, kernels, labels, data, burn, all(exact_ok.values()))
     summary_table(records, labels, data, draws, exact, coord, label, burn, ids[0])
 
 
@@ -265,7 +310,7 @@ def animated(records: dict, labels: dict, target, first: dict, params_json: str)
         grid = density_grid(target.name, params_json, float(sp.get("nbeta") or target.nbeta), 1.0)
         animate.player(
             list(records.values()),
-            list(labels.values()),
+            [labels[run_id] for run_id in records],
             grid,
             target.bounds,
             labels_of(target),
@@ -309,13 +354,16 @@ def summary_table(
     rows = []
     for run_id, record in records.items():
         name = labels[run_id]
+        if is_nested(record.spec):
+            rows.append(compare.nested_row(record, draws.get(name), exact, coord, label))
+            continue
         tail = tail_ess(run_id, burn) if diagnostics.final_coordinates(record) else None
         rows.append(
             compare.compare_row(record, data[name], draws.get(name), exact, coord, label, tail)
             | {"sampler": name}
         )
     flags = [
-        diagnostics.cell_flags(row, record.spec["sampler"]["name"])
+        diagnostics.cell_flags(row, (record.spec.get("sampler") or {}).get("name"))
         for row, record in zip(rows, records.values(), strict=True)
     ]
     st.dataframe(highlighted(rows, flags), hide_index=True, key=f"cmp.table.{key}")
@@ -328,9 +376,13 @@ def summary_table(
 def budget_label(group: list) -> str:
     """The group's budget, "32 chains × 2000 steps", and an ensemble's own walkers after it:
     "(eqn: 8 walkers)"."""
-    own = [r for r in group if r.spec["sampler"]["name"] in WALKERS]
-    shared = [r for r in group if r not in own] or group
-    walkers = ", ".join(f"{compare.sampler_label(r.spec)}: {r.spec['chains']} walkers" for r in own)
+    own = [r for r in group if compare.sampler_label(r.spec) in WALKERS]
+    nested = [r for r in group if is_nested(r.spec)]
+    shared = [r for r in group if r not in own and r not in nested] or group
+    walkers = ", ".join(
+        [f"{compare.sampler_label(r.spec)}: {r.spec['chains']} walkers" for r in own]
+        + [f"nested: {r.spec['nested']['live']} live points" for r in nested]
+    )
     return f"{shared[0].spec['chains']} chains × {shared[0].spec['steps']} steps" + (
         f" ({walkers})" if walkers else ""
     )
@@ -414,7 +466,10 @@ shown, _ = watch(
 # Explanation: of the samplers shown (else of those picked above).
 
 if shown:
-    explained = [r.spec["sampler"]["name"] for r in groups[options.index(shown)]]
+    explained = [
+        NESTED if is_nested(r.spec) else r.spec["sampler"]["name"]
+        for r in groups[options.index(shown)]
+    ]
 else:
     explained = [ENTRIES[entry][0] for entry in chosen]
 explained = list(dict.fromkeys(explained))  # sgrld once, whatever its metrics
@@ -423,3 +478,5 @@ if explained:
     for name in explained:
         if name in samplers.REGISTRY:
             st.markdown(f"**{name}**: {explain(name)[1]}")
+        elif name == NESTED:
+            st.markdown(f"**{name}**: {nested_view.explain()[1]}")

@@ -19,6 +19,14 @@ from samplers import diagnostics
 from studies.diagnostics import POTENTIALS, final_coordinates
 
 GROUP_SECONDS = 5.0  # runs of one Run click (Compare) are created within this of each other
+# Nested sampling (runs.nested), a run kind of its own: Compare runs it beside the kernels at its
+# own settings (live points, stop), on the comparison's target and seed, and reads its resampled
+# draws (``runs.nested.equal_weight_draws``) as it reads a kernel's chains.
+NESTED = "nested"
+
+
+def is_nested(spec: dict) -> bool:
+    return spec.get("kind") == NESTED
 
 
 def compare_row(record: RunRecord, data: dict, sample, exact, coord: int, label: str, tail) -> dict:
@@ -46,6 +54,29 @@ def compare_row(record: RunRecord, data: dict, sample, exact, coord: int, label:
     }
 
 
+def nested_row(record: RunRecord, draws, exact, coord: int, label: str) -> dict:
+    """``compare_row``'s columns for a nested run, from its summary and its resampled ``draws``
+    ([n, d]): no step, acceptance, chains or R-hat; its evidence and energy evaluations."""
+    summary = record.summary or {}
+    ks = None
+    if exact is not None and draws is not None and draws.size:
+        ks = float(diagnostics.ks_distance(draws[:, coord], exact[:, coord])[0])
+    evidence = None
+    if "log_z" in summary:
+        evidence = f"{summary['log_z']:.3f} ± {summary['log_z_error']:.3f}"
+        if summary.get("exact_log_z") is not None:
+            evidence += f" (exact {summary['exact_log_z']:.3f})"
+    return {
+        "sampler": NESTED,
+        "status": record.status,
+        f"KS to exact ({label})": ks,
+        "seconds": summary.get("seconds"),
+        "verdict": (summary.get("verdict") or {}).get("status"),
+        "log Z": evidence,
+        "energy evaluations": summary.get("evaluations"),
+    }
+
+
 def budget_key(spec: dict) -> str:
     """What must agree for two runs to be compared: the target and the budget."""
     keep = ("target", "chains", "steps", "burn_in", "thin", "seed", "dtype")
@@ -60,7 +91,10 @@ WALKERS = {"eqn": 8}
 
 def same_budget(a: dict, b: dict) -> bool:
     """Whether runs of specs ``a`` and ``b`` can be compared (``budget_key``), the chains of an
-    ensemble sized on its own (``WALKERS``) aside."""
+    ensemble sized on its own (``WALKERS``) aside; a nested run has no chains or steps: its
+    target and seed."""
+    if is_nested(a) or is_nested(b):
+        return all(a.get(k) == b.get(k) for k in ("target", "seed"))
     if {a.get("sampler", {}).get("name"), b.get("sampler", {}).get("name")} & set(WALKERS):
         a, b = {**a, "chains": None}, {**b, "chains": None}
     return budget_key(a) == budget_key(b)
@@ -73,7 +107,9 @@ VARIANTS = {"sgrld": "metric"}
 
 def sampler_label(spec: dict) -> str:
     """A run's sampler as the pages name it: "sgrld · monge" where the sampler has a variant
-    parameter (``VARIANTS``), else its name."""
+    parameter (``VARIANTS``), else its name; a nested run "nested"."""
+    if is_nested(spec):
+        return NESTED
     name = spec["sampler"]["name"]
     value = spec["sampler"].get("params", {}).get(VARIANTS.get(name, ""))
     return f"{name} · {value}" if value is not None else name
@@ -81,12 +117,14 @@ def sampler_label(spec: dict) -> str:
 
 def sampler_entries() -> dict[str, tuple[str, dict]]:
     """Compare's sampler choices, label -> (sampler, fixed parameters): every sampler of the
-    registry, a sampler with a variant parameter once per value ("sgrld · monge")."""
+    registry, a sampler with a variant parameter once per value ("sgrld · monge"), then
+    nested sampling (``NESTED``)."""
     entries: dict[str, tuple[str, dict]] = {}
     for name, spec in samplers.REGISTRY.items():
         variant = VARIANTS.get(name)
         for fixed in [{variant: v} for v in spec.param(variant).choices] if variant else [{}]:
             entries[sampler_label({"sampler": {"name": name, "params": fixed}})] = (name, fixed)
+    entries[NESTED] = (NESTED, {})
     return entries
 
 
@@ -104,7 +142,7 @@ def comparisons(runs: list) -> list[list]:
 
     def keep(spec: dict) -> bool:
         return (
-            is_sampling(spec)
+            (is_sampling(spec) or is_nested(spec))
             and spec["target"]["name"] in POTENTIALS
             and not spec.get("observables")
         )

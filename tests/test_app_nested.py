@@ -244,3 +244,54 @@ def test_the_playground_submits_a_nested_run_and_shows_its_evidence(home):
     shown = figures(at)
     assert "Nested sampling: live points and the RadFriends region" in shown
     assert any(t.startswith("Marginal of") for t in shown)
+
+
+# -- Compare ---------------------------------------------------------------------------------
+
+
+def test_compare_runs_nested_beside_a_kernel_on_the_same_potential_and_seed(home):
+    """Nested sampling is Compare's last entry: on a potential without a box over every
+    coordinate the page names it and queues nothing; on the donut it runs at its own live
+    points with the comparison's seed, and its resampled draws join the histogram and the
+    table: its KS distance (scipy's, on the same exact draws) and log Z (its summary's)."""
+    from scipy.stats import ks_2samp
+
+    from studies.diagnostics import exact_draws, labels_of, target_of
+
+    at = page("compare")
+    assert at.multiselect(key="cmp.samplers").options[-1] == "nested"
+    at.multiselect(key="cmp.samplers").set_value(["mala", "nested"]).run()
+    assert any("nested" in e and "box" in e for e in errors(at)), errors(at)  # funnel, d = 10
+    at.button(key="cmp.run").click().run()
+    assert Store(home).list() == []
+    at.selectbox(key="cmp.target_name").set_value("donut").run()
+    assert not errors(at), errors(at)
+    at.text_input(key="cmp.nested.nested.live").input("200").run()
+    at.text_input(key="cmp.chains").input("8").run()
+    at.text_input(key="cmp.steps").input("300").run()
+    at.text_input(key="cmp.seed").input("1").run()
+    at.button(key="cmp.run").click().run()
+    assert not errors(at), errors(at)
+    runs = {r.spec.get("kind"): r for r in run_queued(home).list()}
+    assert runs.keys() == {"sample", "nested"}
+    nested, mala = runs["nested"], runs["sample"]
+    assert nested.spec["nested"]["live"] == 200 and nested.spec["seed"] == mala.spec["seed"] == 1
+    assert nested.spec["target"] == mala.spec["target"]
+    assert all(r.status == "completed" for r in runs.values()), [r.error for r in runs.values()]
+    at.run()
+    assert not errors(at), errors(at)
+    table = at.dataframe[0].value.set_index("sampler")
+    assert list(table.index) == ["mala", "nested"]
+    summary = nested.summary
+    assert table.loc["nested", "log Z"].startswith(f"{summary['log_z']:.3f} ± ")
+    assert table.loc["nested", "energy evaluations"] == summary["evaluations"]
+    donut = target_of("donut", "{}")  # the pages' closed-form target (float64)
+    label = labels_of(donut)[1]  # the page shows the last coordinate first
+    draws = Store(home).get_array(nested.id, "draws")
+    ks = ks_2samp(draws[:, 1], exact_draws(donut)[:, 1]).statistic
+    got = float(table.loc["nested", f"KS to exact ({label})"])
+    assert got == pytest.approx(ks, rel=1e-9), (got, ks)
+    shown = figures(at)
+    histogram = shown[f"Marginal of {label}: every sampler on the same bins"]["data"]
+    assert [b["name"] for b in histogram if b["type"] == "bar"] == ["mala", "nested"]
+    assert "mala: trace of " + label in shown and "nested: trace of " + label not in shown
