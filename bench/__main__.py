@@ -18,7 +18,7 @@
     python -m bench whole [--pairs 5] [--cases a,b,...] [--cold] [--quick] [--no-record]
                           # issue 58: a whole job's process, Basin vs BlackJAX / devinterp
     python -m bench warmup [--chains 64] [--warmup 1000] [--draws 1000] [--repeats 3]
-                           [--kernels nuts,hmc] [--alone 8]
+                           [--kernels nuts,hmc] [--skip-per-chain]
                            # issue 59: step_size auto vs BlackJAX's window_adaptation
 
 ``engine`` runs every case of bench/cases.py on Basin and on BlackJAX alternately, a case's
@@ -833,7 +833,9 @@ def warmup_bench(args: argparse.Namespace) -> None:
     unknown = sorted(set(kernels) - {"nuts", "hmc"})
     if unknown:
         raise SystemExit(f"--kernels: unknown {unknown}; choose from nuts, hmc")
-    r = warmup.run(args.chains, args.warmup, args.draws, args.repeats, kernels, args.alone)
+    r = warmup.run(
+        args.chains, args.warmup, args.draws, args.repeats, kernels, not args.skip_per_chain
+    )
     print(f"`python -m bench {shlex.join(sys.argv[1:])}` (bench/warmup.py, not recorded)")
     print("\n".join(["", *r["lines"], "", *r["notes"], "", *r["goals"]]))
 
@@ -973,7 +975,9 @@ def main() -> None:
     warmup_p.add_argument("--repeats", type=int, default=3, help="seeds, the same on both sides")
     warmup_p.add_argument("--kernels", default="nuts,hmc", help="comma-separated: nuts, hmc")
     warmup_p.add_argument(
-        "--alone", type=int, default=8, help="chains a repeat Basin also adapts one at a time"
+        "--skip-per-chain",
+        action="store_true",
+        help="leave out Basin's adapt: chain runs (each chain adapting alone, as BlackJAX's)",
     )
     args = parser.parse_args()
     if args.command == "warmup":

@@ -70,8 +70,8 @@ class HMC(Adaptive, MHKernel):
         "mode barely mixes (a far start stays far). Set jitter off for the fixed-length "
         "textbook HMC with K = leapfrog_steps every time. With step_size auto the burn-in "
         "tunes the step toward an acceptance of 0.8 and a diagonal (or, metric dense, a full) "
-        "mass matrix to the target's scales (Stan's warm-up, pooled over the chains); both "
-        "stay fixed after it.",
+        "mass matrix to the target's scales (Stan's warm-up, pooled over the chains, or each "
+        "chain alone with adapt chain); both stay fixed after it.",
         acceptance=(0.4, 1.0),  # optimum 0.65-0.8 (Beskos et al. 2013)
     )
 

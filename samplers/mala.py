@@ -41,7 +41,8 @@ class MALA(Adaptive, MHKernel):
         "exactly at any step size; too large a step shows as a low acceptance rate instead of a "
         "biased answer. Full-data gradients. With step_size auto the burn-in tunes the step "
         "toward an acceptance of 0.574 and a diagonal preconditioner to the target's scales "
-        "(Stan's warm-up, pooled over the chains); both stay fixed after it.",
+        "(Stan's warm-up, pooled over the chains, or each chain alone with adapt chain); both "
+        "stay fixed after it.",
         acceptance=(0.3, 0.97),  # optimum 0.574 (Roberts & Rosenthal 1998)
     )
 

@@ -117,7 +117,8 @@ class NUTS(Adaptive, MHKernel):
         "its verdict. With step_size auto the burn-in "
         "tunes the step by dual averaging toward an accept_stat of 0.8 and a diagonal (or, "
         "metric dense, a full) mass matrix M to the target's scales, as Stan's warm-up does "
-        "(pooled over the chains); both stay fixed after it, and the U-turn checks then read "
+        "(pooled over the chains, or each chain alone with adapt chain); both stay fixed "
+        "after it, and the U-turn checks then read "
         "the velocity M^-1 p.",
         acceptance=(0.5, 1.0),  # Stan's accept_stat, whose usual target is 0.8
     )

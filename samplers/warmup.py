@@ -11,12 +11,14 @@ During the first ``warmup`` steps (the run's burn-in) the kernel adapts, after e
 At the warm-up's last step the step becomes exp(x_bar), the averaged iterate, and both stay
 fixed: the draws after the warm-up come from one fixed, exact MH kernel.
 
-Pooled, where Stan adapts each chain alone: one step size and one metric for all chains, from
-their mean acceptance and all their positions. C chains give C times the evidence a step, so the
-short warm-ups of an interactive run settle; the summary holds one step and one metric; and
-after the warm-up every chain runs the same kernel, which R-hat assumes. A chain that is not
-finite is left out. Every pooled value is kept once per chain (the state's rows stay per chain:
-divergence containment, checkpoints), all rows equal.
+Pooled by default (``adapt: pooled``), where Stan adapts each chain alone: one step size and one
+metric for all chains, from their mean acceptance and all their positions. C chains give C times
+the evidence a step, so the short warm-ups of an interactive run settle; the summary holds one
+step and one metric; and after the warm-up every chain runs the same kernel, which R-hat
+assumes. A chain that is not finite is left out. Every pooled value is kept once per chain (the
+state's rows stay per chain: divergence containment, checkpoints), all rows equal. With
+``adapt: chain`` each chain adapts alone, as Stan and BlackJAX's window_adaptation do: the same
+updates, each row from its own acceptance and positions (a window's batch is then one point).
 
 Stan also re-runs its step-size heuristic after each window; here the dual averaging's restart
 does that job (it doubles or halves the step within a few iterations). A start heuristic as
@@ -70,6 +72,16 @@ def metric_param(dense: bool) -> Param:
     return Param("metric", "choice", "diag", f"with step_size auto: {helps}", choices=choices)
 
 
+ADAPT = Param(
+    "adapt",
+    "choice",
+    "pooled",
+    "with step_size auto: pooled adapts one step and metric from all chains; chain adapts "
+    "each chain's own, as Stan does",
+    choices=("pooled", "chain"),
+)
+
+
 WARMUP = Param(
     "warmup",
     "int",
@@ -96,7 +108,7 @@ def adapting_params(
         0.05,
         0.995,
     )
-    return step_auto(step), metric_param(dense), WARMUP, aim
+    return step_auto(step), metric_param(dense), WARMUP, aim, ADAPT
 
 
 def run_params(params: dict, burn_in: int, steps: int) -> dict:
@@ -195,6 +207,7 @@ class Adaptive(Warmed):
 
     target_accept: float
     metric: str
+    adapt: str = "pooled"
 
     def adapting_start(self, state: MHState, target, generator: torch.Generator) -> AdaptState:
         """The MH state with a warm-up beginning at Stan's heuristic step."""
@@ -207,30 +220,33 @@ class Adaptive(Warmed):
                 f"dense keeps a {dim} x {dim} matrix per chain: it is for d <= {DENSE_MAX_DIM}; "
                 "use diag",
             )
-        log_step = math.log(self.initial_step(state, target, generator))
+        # float64 then the run's dtype, a float (pooled) or [C] (per chain)
+        log_h = torch.as_tensor(self.initial_step(state, target, generator), dtype=torch.float64)
+        log_h = log_h.log().to(w.device).expand(chains)
         zeros = w.new_zeros(chains)
         square = torch.zeros(chains, dim, dim, dtype=w.dtype, device=w.device)
         eye = torch.eye(dim, dtype=w.dtype, device=w.device).expand(chains, dim, dim)
         dense = self.metric == "dense"
         return AdaptState(
             **vars(state),
-            log_step=w.new_full((chains,), log_step),
+            log_step=log_h.to(w.dtype).contiguous(),
             inv_mass=eye.clone() if dense else torch.ones_like(w),
             count=zeros,
             accept_prob=zeros,
             s_bar=zeros,
             x_bar=zeros,
-            mu=w.new_full((chains,), log_step + math.log(10.0)),
+            mu=(log_h + math.log(10.0)).to(w.dtype).contiguous(),
             n_da=zeros,
             n_var=zeros,
             mean=torch.zeros_like(w),
             m2=square if dense else torch.zeros_like(w),
         )
 
-    def initial_step(self, state: MHState, target, generator: torch.Generator) -> float:
-        """Stan's init_stepsize, pooled: from eps = 1, double (or halve) a one-leapfrog trial
-        until the mean acceptance of the finite chains crosses 0.8. MALA's step is the square
-        of the leapfrog's (one leapfrog with a fresh momentum is MALA's move)."""
+    def initial_step(self, state: MHState, target, generator: torch.Generator) -> float | Tensor:
+        """Stan's init_stepsize: from eps = 1, double (or halve) a one-leapfrog trial until the
+        acceptance crosses 0.8: pooled, the mean over the finite chains (a float); per chain
+        (``adapt: chain``), each chain's own ([C]). MALA's step is the square of the
+        leapfrog's (one leapfrog with a fresh momentum is MALA's move)."""
         w, u, grad = state.position, state.U, state.grad
         ok = torch.isfinite(u) & torch.isfinite(w).all(-1) & ~state.diverged
         if not bool(ok.any()):
@@ -238,19 +254,29 @@ class Adaptive(Warmed):
         p = torch.randn(w.shape, generator=generator, device=w.device, dtype=w.dtype)
         h0 = u + 0.5 * (p * p).sum(-1)
 
-        def accept(h: float) -> float:
+        def accept(h: float | Tensor) -> Tensor:
             p_half = p - 0.5 * h * grad
             e = self.energy(w + h * p_half, state, target, None)
             p_new = p_half - 0.5 * h * e.grad
             log_a = h0 - e.value - 0.5 * (p_new * p_new).sum(-1)
-            prob = torch.nan_to_num(log_a.clamp(max=0.0).exp(), nan=0.0)
-            return float(prob[ok].mean())
+            return torch.nan_to_num(log_a.clamp(max=0.0).exp(), nan=0.0)
 
+        if self.adapt == "chain":
+            h = w.new_ones(len(w), 1)
+            up = accept(h) > HEURISTIC_ACCEPT
+            going = ok.clone()
+            for _ in range(HEURISTIC_TRIES):
+                h = torch.where(going[:, None], torch.where(up[:, None], h * 2.0, h / 2.0), h)
+                going &= (accept(h) > HEURISTIC_ACCEPT) == up
+                if not bool(going.any()):
+                    break
+            h = h[:, 0]
+            return h * h if self.leapfrog_squared else h
         h = 1.0
-        up = accept(h) > HEURISTIC_ACCEPT
+        up = float(accept(h)[ok].mean()) > HEURISTIC_ACCEPT
         for _ in range(HEURISTIC_TRIES):
             h = h * 2.0 if up else h / 2.0
-            if (accept(h) > HEURISTIC_ACCEPT) != up:
+            if (float(accept(h)[ok].mean()) > HEURISTIC_ACCEPT) != up:
                 break
         return h * h if self.leapfrog_squared else h
 
@@ -279,8 +305,10 @@ class Adaptive(Warmed):
         prob = torch.nan_to_num(prob, nan=0.0)  # a NaN energy: rejected, accepted with 0
         adapting = t < warmup
         ok = (~old.diverged & torch.isfinite(w).all(-1)).to(dtype)
-        k = ok.sum().clamp_min(1.0)
-        alpha = (prob.clamp(max=1.0) * ok).sum() / k
+        pooled = self.adapt == "pooled"
+        k = ok.sum().clamp_min(1.0) if pooled else ok  # the points a window gains this step
+        alpha = prob.clamp(max=1.0) * ok
+        alpha = alpha.sum() / k if pooled else alpha
         # dual averaging (Hoffman & Gelman 2014, Alg. 5)
         n = old.n_da + 1
         eta = 1.0 / (n + T0)
@@ -289,15 +317,18 @@ class Adaptive(Warmed):
         x_eta = n.pow(-KAPPA)
         x_bar = (1 - x_eta) * old.x_bar + x_eta * x
         # the window's pooled variance, or covariance (Chan et al.'s update of a Welford mean
-        # and M2)
+        # and M2); per chain, a batch of one point, of M2 zero
         inside = (t >= first) & (t < stop)
         weight = ok[:, None]
         finite = torch.nan_to_num(w)
-        batch_mean = (finite * weight).sum(0) / k
         dense = self.metric == "dense"
-        if dense:
+        if not pooled:
+            batch_mean, batch_m2 = finite, torch.zeros_like(old.m2)
+        elif dense:
+            batch_mean = (finite * weight).sum(0) / k
             batch_m2 = ((finite - batch_mean) * weight).T @ (finite - batch_mean)
         else:
+            batch_mean = (finite * weight).sum(0) / k
             batch_m2 = ((finite - batch_mean) ** 2 * weight).sum(0)
         n_var = old.n_var + k * inside
         delta = batch_mean - old.mean
@@ -341,20 +372,29 @@ class Adaptive(Warmed):
         )
 
     def adaptation(self, state) -> dict | None:
-        """What the warm-up settled on (the summary's ``adapted``), or None without one."""
+        """What the warm-up settled on (the summary's ``adapted``), or None without one. Per
+        chain: the median step over the chains that did not diverge, with its range, and
+        their mean inverse metric."""
         if not self.auto or not isinstance(state, AdaptState):
             return None
-        alive = (~state.diverged).nonzero()
-        row = int(alive[0, 0]) if len(alive) else 0
-        inv_mass = state.inv_mass[row].tolist()
-        return {
+        alive = (~state.diverged).nonzero()[:, 0]
+        rows = alive if len(alive) else torch.arange(len(state.diverged))
+        row = int(rows[0])
+        found = {
             "step_size": math.exp(float(state.log_step[row])),
-            "inverse_mass": inv_mass,
+            "inverse_mass": state.inv_mass[row].tolist(),
             "metric": self.metric,
             "target_accept": self.target_accept,
             "warmup": self.warmup,
             "finished": bool(state.count[row] >= self.warmup),
+            "adapt": self.adapt,
         }
+        if self.adapt == "chain":
+            steps = state.log_step[rows].exp()
+            found["step_size"] = float(steps.median())
+            found["step_range"] = [float(steps.min()), float(steps.max())]
+            found["inverse_mass"] = state.inv_mass[rows].mean(0).tolist()
+        return found
 
 
 def _rows(per_chain: Tensor, like: Tensor) -> Tensor:

@@ -323,9 +323,14 @@ def adapted_line(summary: dict | None) -> str | None:
         metric = ", ".join(f"{v:.3g}" for v in inv_mass)
     else:
         metric = f"{min(inv_mass):.3g} to {max(inv_mass):.3g} over {len(inv_mass)} coordinates"
+    step = f"step {adapted['step_size']:.3g}"
+    if "step_range" in adapted:  # adapt: chain, each chain its own
+        lo, hi = adapted["step_range"]
+        step = f"each chain its own: step {adapted['step_size']:.3g} (median; {lo:.3g} to {hi:.3g})"
+        metric = f"{metric} (the chains' mean)"
     return (
         f"Warm-up ({adapted['warmup']} steps, aiming at acceptance {adapted['target_accept']:g})"
-        f"{stopped}: step {adapted['step_size']:.3g}, inverse metric ({adapted['metric']}) "
+        f"{stopped}: {step}, inverse metric ({adapted['metric']}) "
         f"{metric}{coupled}; both fixed after it."
     )
 

@@ -35,7 +35,7 @@ BAD = [
         "sampler.params.leapfrog_steps",
         [
             "unknown parameter",
-            "['localization', 'metric', 'nbeta', 'step_size', 'target_accept', 'warmup']",
+            "['adapt', 'localization', 'metric', 'nbeta', 'step_size', 'target_accept', 'warmup']",
         ],
     ),
     (

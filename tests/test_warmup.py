@@ -90,6 +90,58 @@ def test_adapted_metric_matches_the_true_variances_and_the_chain_stays_exact(nam
     assert ((var - true).abs() < 4 * se).all(), var / true
 
 
+def adapted_states(name: str, adapt: str, starts: list, warmup: int, **params) -> list:
+    """The states after a warm-up of ``warmup`` steps from each of ``starts`` (same seed)."""
+    target = landscapes.make("gaussian", dim=10, scales=SCALES, dtype="float64")
+    states = []
+    for start in starts:
+        kernel = samplers.make(name, step_size="auto", warmup=warmup, adapt=adapt, **params)
+        g = gen(5)
+        state = kernel.init(start, target, g)
+        states.append(kernel.run(state, target, kernel.noise_for(state, target, g), warmup)[0])
+    return states
+
+
+@pytest.mark.parametrize("name, params", [("hmc", {}), ("nuts", {"max_depth": 6}), ("mala", {})])
+def test_per_chain_adaptation_keeps_each_chain_to_itself(name, params):
+    """adapt: chain (Stan's and BlackJAX's way): moving one chain's start changes no other
+    chain's adapted step or metric, where pooled every chain's moves with it."""
+    x0 = landscapes.make("gaussian", dim=10, scales=SCALES, dtype="float64").exact_sample(
+        gen(4), 16
+    )
+    moved = x0.clone()
+    moved[0] += 3.0
+    alone, shifted = adapted_states(name, "chain", [x0, moved], 150, **params)
+    assert torch.equal(alone.log_step[1:], shifted.log_step[1:])
+    assert torch.equal(alone.inv_mass[1:], shifted.inv_mass[1:])
+    assert not torch.equal(alone.log_step[0], shifted.log_step[0])
+    assert alone.log_step.unique().numel() == 16  # each chain its own step
+    pooled, pooled_moved = adapted_states(name, "pooled", [x0, moved], 150, **params)
+    assert pooled.log_step.unique().numel() == 1
+    assert not torch.equal(pooled.log_step[1:], pooled_moved.log_step[1:])
+
+
+def test_per_chain_metrics_are_each_chains_window_variance():
+    """HMC adapting each chain alone on the 10-D Gaussian (sd 1..10): each chain's metric is
+    its own window's variance, so their mean over 128 chains is the true variance within 4
+    of its standard errors over the chains, plus 3% for Stan's shrinkage by n / (n + 5) and
+    the window's autocorrelation; the summary reports the median step and its range."""
+    chains = 128
+    x0 = landscapes.make("gaussian", dim=10, scales=SCALES, dtype="float64").exact_sample(
+        gen(4), chains
+    )
+    (state,) = adapted_states("hmc", "chain", [x0], 400)
+    true = torch.tensor(SCALES, dtype=torch.float64) ** 2
+    each = state.inv_mass / true
+    se = each.std(0) / math.sqrt(chains)
+    assert ((each.mean(0) - 1).abs() < 4 * se + 0.03).all(), (each.mean(0), se)
+    kernel = samplers.make("hmc", step_size="auto", warmup=400, adapt="chain")
+    summary = kernel.adaptation(state)
+    steps = state.log_step.exp()
+    assert summary["adapt"] == "chain" and summary["step_size"] == float(steps.median())
+    assert summary["step_range"] == [float(steps.min()), float(steps.max())]
+
+
 @pytest.mark.parametrize("metric", ["diag", "dense"])
 def test_nuts_forest_with_an_adapted_metric_equals_its_steps_one_at_a_time(metric):
     """After the warm-up NUTS grows its blocks as a forest (samplers.forest) with the adapted
