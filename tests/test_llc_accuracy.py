@@ -7,6 +7,12 @@ extrapolated from steps eps and eps/2 (2 lambda(eps/2) - lambda(eps)); the toler
 standard errors of that combination (chains are independent) plus 2% for the O(eps^2) remainder
 (on the quadratic parts the bias is exactly 1 / (1 - eps k / 4), whose remainder at these steps
 is under 1%).
+
+Both steps run as one eager run of 2 x CHAINS chains (``lams``): each half reads the draws a
+CHAINS-chain run from seed 0 reads and steps at its own step size, so each estimate is the one
+its own run would give (to float rounding), at the per-step cost of one small run and without
+the two compiles (~8 s each) the compiled path paid per step size; tests/test_compiled_agree.py
+checks that compiled and eager runs agree.
 """
 
 from __future__ import annotations
@@ -15,23 +21,35 @@ import itertools
 
 import pytest
 import torch
+from repeated_noise import Repeated
 
 import landscapes
 import samplers
 from samplers import llc
+from samplers.base import Noise
 
 CHAINS = 128
 
 
-def lam(sampler: str, k, form: str, n: int, eps: float, steps: int, **params):
+def lams(sampler: str, k, form: str, n: int, step_sizes, steps: int, **params):
+    """The LLC estimate at each of ``step_sizes`` and the target, from one eager run of CHAINS
+    chains per size: each size's chains read the draws of a CHAINS-chain run from seed 0
+    (``Repeated``) and step at that size (a per-chain step: it broadcasts in ``overdamped``, and
+    in RMSProp-SGLD's eps_t)."""
     target = landscapes.make("normal-crossing", k=k, form=form, n=n, device="cpu", dtype="float64")
     g = torch.Generator().manual_seed(0)
-    kernel = samplers.make(sampler, step_size=eps, **params)
-    state = kernel.init(target.w0.expand(CHAINS, -1).clone(), target, g)
-    _, info = kernel.run(state, target, g, steps, compiled=True)
-    est = llc.estimate(info.loss.numpy(), 0.0, 1.0, burn_in=steps // 4)
-    assert est.nan_chains == 0
-    return est, target
+    kernel = samplers.make(sampler, step_size=step_sizes[0], **params)
+    sizes = len(step_sizes)
+    state = kernel.init(target.w0.expand(CHAINS * sizes, -1).clone(), target, g)
+    noise = Noise(kernel.draws(target, CHAINS, target.dim), g, state.position.dtype)
+    eps = torch.tensor(step_sizes, dtype=state.position.dtype).repeat_interleave(CHAINS)
+    kernel.step_size = eps[:, None].expand(-1, target.dim)  # [sizes x CHAINS, d]
+    _, info = kernel.run(state, target, Repeated(noise, CHAINS, sizes), steps)
+    estimates = []
+    for loss in info.loss.numpy().reshape(steps, sizes, CHAINS).transpose(1, 0, 2):
+        estimates.append(llc.estimate(loss, 0.0, 1.0, burn_in=steps // 4))
+        assert estimates[-1].nan_chains == 0
+    return estimates, target
 
 
 CASES = [
@@ -43,8 +61,7 @@ CASES = [
 
 
 def check(sampler, k, form, eps, steps, **params):
-    coarse, target = lam(sampler, k, form, 1000, eps, steps, **params)
-    fine, _ = lam(sampler, k, form, 1000, eps / 2, steps, **params)
+    (coarse, fine), target = lams(sampler, k, form, 1000, (eps, eps / 2), steps, **params)
     extrapolated = 2 * fine.mean - coarse.mean
     se = (4 * fine.se**2 + coarse.se**2) ** 0.5
     exact = target.llc_at(1.0)
@@ -70,6 +87,6 @@ def test_rmsprop_sgld_llc_matches_quadrature(k, form):
 def test_llc_orders_normal_crossings_like_their_rlcts():
     # lambda(w1^2 w2^6) = 1/6 < lambda(w1^2 w2^4) = 1/4 < lambda(w1^2) = 1/2 < lambda(w1^2+w2^2) = 1
     potentials = [((1, 3), "product"), ((1, 2), "product"), ((1, 0), "product"), ((1, 1), "sum")]
-    estimates = [lam("sgld", k, form, 1000, 1e-4, 8000)[0] for k, form in potentials]
+    estimates = [lams("sgld", k, form, 1000, (1e-4,), 8000)[0][0] for k, form in potentials]
     for low, high in itertools.pairwise(estimates):
         assert low.mean + 3 * low.se < high.mean - 3 * high.se
