@@ -1,5 +1,6 @@
 """The compiled chunk is the eager step on the same draws: trajectories agree to float rounding,
-a run's first steps never depend on how many follow, and the noise stream is one for both."""
+a run's first steps never depend on how many follow, and the noise stream is one for both. (A
+compile in a background thread, the chunk's loop and a part of a block: test_compiled_agree.py.)"""
 
 import math
 import os
@@ -137,60 +138,3 @@ def test_each_step_records_the_kinetic_energy_and_thermostat_of_its_state(name):
     assert math.isfinite(float(info.loss.sum()))
     mala = samplers.make("mala", step_size=0.1)
     assert mala.run(mala.init(state.position, target, g), target, g, 1)[1].scalars == {}
-
-
-@pytest.mark.slow
-def test_the_loop_of_compiled_steps_cudas_path_equals_the_eager_steps():
-    """On CUDA a block is the compiled step called once per row (no scan): run here on a CPU."""
-    from samplers.compiled import Chunk
-
-    target, kernel = build("banana"), samplers.make("mala", step_size=0.05)
-    state, noise = start(target, kernel)
-    block = noise.take(noise.length)
-    chunk = Chunk(kernel, target, state, noise.length, True, loop=True)
-    got, info = chunk(state, block)
-    want, eager = kernel.eager(state, target, block, positions=True)
-    torch.testing.assert_close(info.position, eager.position, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(got.U, want.U, rtol=1e-9, atol=1e-12)
-    assert torch.equal(info.accepted, eager.accepted)
-
-
-@pytest.mark.parametrize("loop", [False, True])
-def test_a_part_of_a_block_through_the_chunk_equals_its_eager_steps(loop):
-    """3 rows of an 8-step chunk: the scan pads them and masks the padding's steps, the loop
-    (CUDA's path) steps 3 times; both are the 3 eager steps, and the state after them."""
-    from samplers.compiled import Chunk
-
-    target, kernel = build("banana"), samplers.make("mala", step_size=0.05)
-    state, noise = start(target, kernel)
-    part = {k: v[:3] for k, v in noise.take(noise.length).items()}
-    chunk = Chunk(kernel, target, state, noise.length, True, loop=loop)
-    assert not chunk.usable(1) and chunk.usable(2) and chunk.usable(8)
-    got, info = chunk(state, part)
-    want, eager = kernel.eager(state, target, part, positions=True)
-    assert info.loss.shape == eager.loss.shape == (3, 16)
-    torch.testing.assert_close(info.position, eager.position, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(info.loss, eager.loss, rtol=1e-9, atol=1e-12)
-    for key, value in vars(want).items():
-        torch.testing.assert_close(getattr(got, key), value, rtol=1e-9, atol=1e-12)
-    assert torch.equal(info.accepted, eager.accepted)
-    with pytest.raises(ValueError, match="chunk of 8 steps got 12 rows"):
-        chunk(state, {k: torch.cat([v, v, v, v[:3]]) for k, v in part.items()})
-
-
-@pytest.mark.slow
-def test_a_compile_in_a_background_thread_serves_the_callers_thread():
-    # torch keeps the compiler's settings per thread: the compile runs in a thread of its own
-    # while the caller steps eagerly, then the caller runs the compiled block
-    target = landscapes.make("banana", device=DEVICE)
-    kernel = samplers.make("hmc", step_size=0.1, leapfrog_steps=3)
-    state, noise = start(target, kernel)
-    chunk = chunk_for(kernel, target, state, noise.length, False)
-    while not (chunk.ready or chunk.failed):
-        state, _ = kernel.run(state, target, noise, noise.left or noise.length)
-    assert chunk.ready, chunk.error
-    assert chunk_for(kernel, target, state, noise.length, False) is chunk  # reused
-    block = noise.take(noise.length)
-    want, _ = kernel.eager(state, target, block)
-    got, _ = chunk(state, block)
-    torch.testing.assert_close(got.position, want.position, rtol=1e-5, atol=1e-6)

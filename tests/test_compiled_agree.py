@@ -1,8 +1,11 @@
 """The compiled chunk is the eager step on the same draws, kernel by kernel: every step's records
-and the final state agree to float rounding over 50 steps. Apart from tests/test_compiled.py so
+and the final state agree to float rounding over 50 steps. The chunk's other paths check on the
+chunks these cases compile (one compile, two checks): a compile in a background thread (hmc),
+CUDA's loop of compiled steps and a part of a block (mala). Apart from tests/test_compiled.py so
 that the two files' compiles (tens of seconds each) run on both of pytest's workers."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -10,6 +13,7 @@ import torch
 import landscapes
 import samplers
 from samplers.base import Noise
+from samplers.compiled import chunk_for
 
 DEVICE = os.environ.get("BASIN_TEST_DEVICE", "cpu")  # as tests/test_compiled.py
 pytestmark = [
@@ -51,6 +55,32 @@ def start(target, kernel, chains=16, seed=0):
 
 
 @pytest.mark.slow
+def test_a_compile_in_a_background_thread_serves_the_callers_thread():
+    # torch keeps the compiler's settings per thread: the compile runs in a thread of its own
+    # while the caller steps eagerly, then the caller runs the compiled block. First in this
+    # file, it compiles the banana-hmc chunk of CASES (16 chains, blocks of 8, positions), which
+    # that case then loads from the session's cache (samplers.cache): one compile, two checks.
+    ((target_name, name, params),) = [case for case in CASES if case[1] == "hmc"]
+    target, kernel = build(target_name), samplers.make(name, **params)
+    state, noise = start(target, kernel)
+    chunk = chunk_for(kernel, target, state, noise.length, True)
+    blocks = 0
+    while not (chunk.ready or chunk.failed):
+        state, _ = kernel.run(state, target, noise, noise.left or noise.length)
+        blocks += 1
+        # a pause between blocks: the compile's thread gets the GIL and the core, where an
+        # unpaced loop took ~half of them and doubled the compile's time
+        time.sleep(0.05)
+    assert chunk.ready, chunk.error
+    assert blocks > 0  # the caller did step while the compile ran (no package was on disk)
+    assert chunk_for(kernel, target, state, noise.length, True) is chunk  # reused
+    block = noise.take(noise.length)
+    want, _ = kernel.eager(state, target, block)
+    got, _ = chunk(state, block)
+    torch.testing.assert_close(got.position, want.position, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("target_name", "name", "params"), CASES)
 def test_compiled_and_eager_runs_agree_over_the_first_50_steps(target_name, name, params):
     """Six compiled blocks of 8 steps and the 2 steps left, through the chunk padded to a block,
@@ -73,3 +103,48 @@ def test_compiled_and_eager_runs_agree_over_the_first_50_steps(target_name, name
     for key, value in vars(eager).items():
         if value is not None:
             torch.testing.assert_close(getattr(fused, key), value, **close)
+
+
+# The two tests below build the banana-mala chunk of CASES (16 chains, blocks of 8, positions):
+# the scan's is the very package the case above compiled and filed in the session's cache
+# (samplers.cache, keyed by value), so here it loads in milliseconds: one compile, two checks.
+# The loop's (torch.compile of one step) is compiled once and serves both of its tests.
+
+
+@pytest.mark.slow
+def test_the_loop_of_compiled_steps_cudas_path_equals_the_eager_steps():
+    """On CUDA a block is the compiled step called once per row (no scan): run here on a CPU."""
+    from samplers.compiled import Chunk
+
+    target, kernel = build("banana"), samplers.make("mala", step_size=0.05)
+    state, noise = start(target, kernel)
+    block = noise.take(noise.length)
+    chunk = Chunk(kernel, target, state, noise.length, True, loop=True)
+    got, info = chunk(state, block)
+    want, eager = kernel.eager(state, target, block, positions=True)
+    torch.testing.assert_close(info.position, eager.position, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got.U, want.U, rtol=1e-9, atol=1e-12)
+    assert torch.equal(info.accepted, eager.accepted)
+
+
+@pytest.mark.parametrize("loop", [False, True])
+def test_a_part_of_a_block_through_the_chunk_equals_its_eager_steps(loop):
+    """3 rows of an 8-step chunk: the scan pads them and masks the padding's steps, the loop
+    (CUDA's path) steps 3 times; both are the 3 eager steps, and the state after them."""
+    from samplers.compiled import Chunk
+
+    target, kernel = build("banana"), samplers.make("mala", step_size=0.05)
+    state, noise = start(target, kernel)
+    part = {k: v[:3] for k, v in noise.take(noise.length).items()}
+    chunk = Chunk(kernel, target, state, noise.length, True, loop=loop)
+    assert not chunk.usable(1) and chunk.usable(2) and chunk.usable(8)
+    got, info = chunk(state, part)
+    want, eager = kernel.eager(state, target, part, positions=True)
+    assert info.loss.shape == eager.loss.shape == (3, 16)
+    torch.testing.assert_close(info.position, eager.position, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(info.loss, eager.loss, rtol=1e-9, atol=1e-12)
+    for key, value in vars(want).items():
+        torch.testing.assert_close(getattr(got, key), value, rtol=1e-9, atol=1e-12)
+    assert torch.equal(info.accepted, eager.accepted)
+    with pytest.raises(ValueError, match="chunk of 8 steps got 12 rows"):
+        chunk(state, {k: torch.cat([v, v, v, v[:3]]) for k, v in part.items()})
