@@ -178,7 +178,7 @@ with right:
 length = run_length("cmp")
 nested_problem = box_error(target_name, target_params) if target_ok and NESTED in chosen else None
 if nested_problem:
-    st.error(f"**nested**: the potential {nested_problem}.", icon=ui.WARNING)
+    st.error(f"**nested** · potential: {nested_problem}.", icon=ui.WARNING)
 ready = (
     target_ok
     and nested_problem is None
