@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 import re
 from collections.abc import Callable
 
@@ -41,6 +42,13 @@ BINARY = {
     ast.Mult: torch.mul,
     ast.Div: torch.div,
     ast.Pow: torch.pow,
+}
+SCALAR = {  # the same operations with a Python number on one side
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
 }
 _INDEXED = re.compile(r"w(0|[1-9]\d*)\Z")  # w0, w12; not w01, which names no column
 MAX_DIM = 64  # custom.dim's upper bound: a typed w999999999 must not allocate 10^9 columns
@@ -137,6 +145,14 @@ def _compile(node: ast.AST, src: str, names: set[str]) -> Callable[[dict], Tenso
             _check_exponent(node.right, src)
         op = BINARY[type(node.op)]
         left, right = _compile(node.left, src, names), _compile(node.right, src, names)
+        # a number beside a variable as a Python float: torch's scalar paths (w**2 as w * w,
+        # 0.3 * w) take half the time of a 0-d tensor's, forward and backward
+        number, other = _literal(node.right), _literal(node.left)
+        scalar = SCALAR[type(node.op)]
+        if number is not None and other is None:
+            return lambda env: scalar(left(env), number)
+        if other is not None and number is None:
+            return lambda env: scalar(other, right(env))
         return lambda env: _binary(op, left(env), right(env))
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name):
@@ -169,6 +185,18 @@ def _compile(node: ast.AST, src: str, names: set[str]) -> Callable[[dict], Tenso
         f"+ - * / ** and {sorted(FUNCTIONS)}",
         col,
     )
+
+
+def _literal(node: ast.AST) -> float | None:
+    """The value of a number written as is (2, -0.5, pi), else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _literal(node.operand)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+        return float(node.value) if isinstance(node.value, (int, float)) else None
+    if isinstance(node, ast.Name) and node.id in CONSTANTS:
+        return CONSTANTS[node.id]
+    return None
 
 
 def _check_exponent(node: ast.AST, src: str) -> None:

@@ -178,6 +178,21 @@ def test_custom_formula_matches_hand_written_energy():
     torch.testing.assert_close(const.loss_and_grad(w)[1], torch.zeros_like(w))
 
 
+def test_a_formula_s_numbers_on_either_side_of_an_operator_keep_their_values_and_gradients():
+    """Numbers beside a variable go to torch as Python floats (its faster scalar paths): every
+    operator with a number on the left or on the right, and a negative one, against the same
+    expression written out in torch, value and gradient."""
+    formula = "2 ** w0 + w0 ** -2 + 1 / (1 + w1**2) - 0.5 * w1 + w0 / 4 - pi + (w0 - 3) * w1"
+    t = landscapes.make("custom", device="cpu", dtype="float64", formula=formula)
+    w = positions(t).clone().requires_grad_(True)
+    a, b = w[:, 0], w[:, 1]
+    written = 2**a + a**-2 + 1 / (1 + b**2) - 0.5 * b + a / 4 - math.pi + (a - 3) * b
+    (grad,) = torch.autograd.grad(written.sum(), w)
+    loss, got = t.loss_and_grad(w.detach())
+    torch.testing.assert_close(loss, written.detach(), rtol=1e-14, atol=0)
+    torch.testing.assert_close(got, grad, rtol=1e-14, atol=0)
+
+
 # --- exact samplers -------------------------------------------------------------------------
 
 N_DRAWS = 400_000
