@@ -257,6 +257,13 @@ class Kernel(ABC):
             return state, Info(empty, empty, empty.bool(), None)
         return state, stack_infos(infos)
 
+    def make_chunk(self, target: Target, state: State, length: int, positions: bool):
+        """This kernel's compiled block (``samplers.compiled.Chunk``: ``step`` over a block's
+        rows as one call), or None where it compiles nothing."""
+        from .compiled import Chunk
+
+        return Chunk(self, target, state, length, positions)
+
     def eager(
         self,
         state: State,

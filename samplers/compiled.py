@@ -18,6 +18,7 @@ meanwhile and switches when ``ready``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -59,24 +60,39 @@ def _settings():
 # A CPU chunk is compiled ahead of time into a package file (torch.export, then AOTInductor),
 # kept on disk by ``samplers.cache``: a later process loads it in milliseconds, where
 # torch.compile traced and compiled again in every process (~10 s with inductor's warm cache).
-def _export_package(module: torch.nn.Module, args: tuple, path: str) -> None:
+def export_package(
+    module: torch.nn.Module, args: tuple, path: str, options: dict | None = None
+) -> None:
+    """Trace ``module`` on ``args`` (strict) and compile it ahead of time into ``path``;
+    ``options``: inductor's settings for this compile alone."""
     with _settings():
         program = torch.export.export(module, args, strict=True)
-    torch._inductor.aoti_compile_and_package(program, package_path=path)
+    torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs=options)
+
+
+class Runner:
+    """A package file loaded: AOTInductor's runner. ``run`` takes the flat list of inputs (it
+    consumes the list) and returns the flat outputs; ``__call__`` rebuilds their structure."""
+
+    def __init__(self, path: str):
+        self.runner = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1)
+        self.run = self.runner.boxed_run
+        self.out_spec = torch.utils._pytree.treespec_loads(self.runner.get_call_spec()[1])
+
+    def __call__(self, flat: list[Tensor]):
+        return torch.utils._pytree.tree_unflatten(self.run(flat), self.out_spec)
 
 
 class _Package:
-    """A package file loaded: AOTInductor's runner, called with the chunk's arguments."""
+    """A chunk's package loaded, called with the chunk's arguments."""
 
     def __init__(self, path: str, noise_keys: list[str], held: list[Tensor]):
-        self.runner = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1)
-        self.out_spec = torch.utils._pytree.treespec_loads(self.runner.get_call_spec()[1])
+        self.runner = Runner(path)
         self.noise_keys, self.held = noise_keys, held
 
     def __call__(self, carry: tuple, noise: dict[str, Tensor], live: Tensor):
         noise_rows = [noise[k] for k in self.noise_keys]
-        flat = self.runner.boxed_run([*carry, *noise_rows, live, *self.held])
-        return torch.utils._pytree.tree_unflatten(flat, self.out_spec)
+        return self.runner([*carry, *noise_rows, live, *self.held])
 
 
 # -- the public side ---------------------------------------------------------------------------
@@ -177,7 +193,7 @@ class Chunk:
         held = self._held()
         with workspace() as tmp:
             built = os.path.join(tmp, "chunk.pt2")
-            _export_package(module, (carry, noise, live, held), built)
+            export_package(module, (carry, noise, live, held), built)
             meta = {"noise": list(noise), "held": len(held), "kernel": self.kernel.name}
             path = save(self.key(), Path(built), meta)
         self.compiled = _Package(str(path), list(noise), held)
@@ -313,16 +329,23 @@ class _Scan(torch.nn.Module):
         self.slots = _held(chunk.kernel, chunk.target)  # found here: the trace only swaps
 
     def forward(self, carry: tuple, noise: dict[str, Tensor], live: Tensor, held: list[Tensor]):
-        slots = self.slots
-        kept = [place[key] for place, key in slots]
-        swap = {id(t): h for t, h in zip(_unique(kept), held, strict=True)}
-        try:
-            for (place, key), tensor in zip(slots, kept, strict=True):
-                place[key] = swap[id(tensor)]
+        with swapped(self.slots, held):
             return self.chunk._scan(carry, noise, live)
-        finally:
-            for (place, key), tensor in zip(slots, kept, strict=True):
-                place[key] = tensor
+
+
+@contextlib.contextmanager
+def swapped(slots: list[tuple], held: list[Tensor]):
+    """The tensors at ``slots`` (``_held``) replaced by ``held`` (one per distinct tensor, in
+    ``_unique``'s order) while a trace runs, then put back."""
+    kept = [place[key] for place, key in slots]
+    swap = {id(t): h for t, h in zip(_unique(kept), held, strict=True)}
+    try:
+        for (place, key), tensor in zip(slots, kept, strict=True):
+            place[key] = swap[id(tensor)]
+        yield
+    finally:
+        for (place, key), tensor in zip(slots, kept, strict=True):
+            place[key] = tensor
 
 
 def _held(*roots) -> list[tuple]:
@@ -413,7 +436,10 @@ def chunk_for(
     )
     entry = cache.get(key)
     if entry is None or entry[0]() is not target:  # ids are reused once a target is freed
-        entry = cache[key] = (weakref.ref(target), Chunk(kernel, target, state, length, positions))
+        made = kernel.make_chunk(target, state, length, positions)
+        entry = cache[key] = (weakref.ref(target), made)
+    if entry[1] is None:  # the kernel compiles nothing for this device
+        return None
     if cached:
         chunk = entry[1]
         return chunk if chunk.ready or (chunk.thread is None and chunk.load()) else None

@@ -55,14 +55,19 @@ class Forest:
     opened its current 2^l-leaf span, its momentum sum before that span and the momentum of
     the leaf before it (``first``, ``before``, ``prev``: what Stan's checks across a merge
     read, ``samplers.nuts._merge_turns``). A chain whose new state is not finite is frozen
-    where it was and flagged, as ``samplers.base.contain`` does after each step."""
+    where it was and flagged, as ``samplers.base.contain`` does after each step.
 
-    def __init__(self, kernel, state, target, noise: dict):
+    ``steps``: the first rows of ``noise`` to take (default all; the rest is padding, as a
+    compiled forest's fixed shapes have it). ``dense``: the span checks as dense ops whatever
+    their size (no host sync: a compiled iteration, ``samplers.compiled_forest``)."""
+
+    def __init__(self, kernel, state, target, noise: dict, steps=None, dense=False):
         self.kernel, self.start, self.target = kernel, state, target
-        length, chains, d = noise["xi"].shape
+        rows, chains, d = noise["xi"].shape
+        length = rows if steps is None else steps
         depth, device, u = kernel.max_depth, state.position.device, state.U
         self.length, self.chains, self.dim, self.depth = length, chains, d, depth
-        self.xi = noise["xi"].reshape(length * chains, d)
+        self.xi = noise["xi"].reshape(rows * chains, d)
         self.direction, self.merge = noise["direction"].flatten(), noise["merge"].flatten()
         self.pick = noise["pick"].flatten()
         self.chain = torch.arange(chains, device=device)
@@ -78,7 +83,8 @@ class Forest:
         # Dense: every level of every chain at each leaf, as a few [L, C, d] ops; sparse, on a
         # CPU with many of them: only the (level, chain) pairs that open or close a span (about
         # one a chain), gathered, as there the per-element cost of the dense ops dominates.
-        self.sparse = device.type == "cpu" and max(depth - 1, 0) * chains * d > SPARSE_LEVELS
+        levels = max(depth - 1, 0) * chains * d
+        self.sparse = not dense and device.type == "cpu" and levels > SPARSE_LEVELS
         if self.sparse:
             self.opens, self.closes = opens.T.contiguous(), closes.T.contiguous()  # [k, level]
         else:  # as [level, k, d] masks (on a CPU, a table of at most a few MB)
@@ -101,7 +107,13 @@ class Forest:
         # leaf; n: the pick of its tree's next point; at: its doubling's direction and merge
         self.sample = torch.cat([state.position, state.grad, u[:, None], state.loss[:, None]], 1)
         self.sample0 = self.sample
-        self.sample_sub = (state.position, state.grad, u, state.loss)  # apart: 4 cheaper wheres
+        # apart: 4 cheaper wheres than one on their cat
+        self.w_sub, self.g_sub, self.u_sub, self.loss_sub = (
+            state.position,
+            state.grad,
+            u,
+            state.loss,
+        )
         self.diverged = state.diverged.clone()
         self.divergent = torch.zeros_like(self.diverged)  # the tree's: H - H0 > MAX_DELTA_H
         # the state's divergent: the last step's of a chain that is not frozen
@@ -137,6 +149,12 @@ class Forest:
             else:
                 self._leaf()
 
+    def iterate(self) -> None:
+        """Settle every waiting chain, then a leaf for every running one: an iteration without a
+        host sync, in which no chain waits (``samplers.compiled_forest`` compiles it)."""
+        self._merge()
+        self._leaf()
+
     # -- one leaf ----------------------------------------------------------------------------
     def _leaf(self) -> None:
         """One leapfrog step of every running chain's subtree, with the subtree's progressive
@@ -156,13 +174,11 @@ class Forest:
         self.divergent = self.divergent | (running & ~kept)  # Stan's divergent__
         log_weight = torch.logaddexp(self.log_weight_sub, log_w)
         take = kept & (self.pick.index_select(0, self.n) < torch.exp(log_w - log_weight))
-        taken, (w_sub, g_sub, u_sub, loss_sub) = take[:, None], self.sample_sub
-        self.sample_sub = (
-            torch.where(taken, w, w_sub),
-            torch.where(taken, g, g_sub),
-            torch.where(take, e.value, u_sub),
-            torch.where(take, e.loss, loss_sub),
-        )
+        taken = take[:, None]
+        self.w_sub = torch.where(taken, w, self.w_sub)
+        self.g_sub = torch.where(taken, g, self.g_sub)
+        self.u_sub = torch.where(take, e.value, self.u_sub)
+        self.loss_sub = torch.where(take, e.loss, self.loss_sub)
         self.log_weight_sub = torch.where(kept, log_weight, self.log_weight_sub)
         moving = running[:, None]
         rho = torch.where(moving, self.rho_sub + p, self.rho_sub)
@@ -194,9 +210,10 @@ class Forest:
                 b_first, b_before, a_last = self.first[:-1], self.before[:-1], self.prev[:-1]
                 a_extended = b_before - self.before[1:] + b_first
                 b_extended = a_last + (rho - b_before)
-                turned[1:] |= u_turn(a_extended, first[1:], first[:-1]) | u_turn(
+                across = u_turn(a_extended, first[1:], first[:-1]) | u_turn(
                     b_extended, sharp(a_last, self.inv_mass), last
-                )
+                )  # not ``turned[1:] |=``: inductor's C++ for it does not compile (torch 2.13)
+                turned = torch.cat([turned[:1], turned[1:] | across])
             return (self.closes.index_select(1, k) & turned).any(0)
         first, before, prev = (x.flatten(0, 1) for x in (self.first, self.before, self.prev))
         at, chain = self._pairs(self.opens, k)  # the rows are views: written in place
@@ -235,9 +252,13 @@ class Forest:
 
     # -- settling the waiting chains ---------------------------------------------------------
     def _settle(self) -> int:
+        """The waiting chains settle (``_merge``); returns how many chains have steps left."""
+        self._merge()
+        return int(self.active.sum())
+
+    def _merge(self) -> None:
         """The waiting chains merge their subtree, or stop when it is invalid; those whose
-        tree stopped record their step and plant the next; the others start a new doubling.
-        Returns how many chains have steps left."""
+        tree stopped record their step and plant the next; the others start a new doubling."""
         ending = self.active & ~self.running
         merged = ending & self.valid
         self.metro = torch.where(ending, self.metro + self.metro_sub, self.metro)
@@ -245,8 +266,7 @@ class Forest:
         # the biased progressive rule: the subtree's sample with probability W_sub / W_tree
         u = self.merge.index_select(0, self.at)
         take = merged & (u < torch.exp(self.log_weight_sub - self.log_weight))
-        w_sub, g_sub, u_sub, loss_sub = self.sample_sub
-        sub = torch.cat([w_sub, g_sub, u_sub[:, None], loss_sub[:, None]], 1)
+        sub = torch.cat([self.w_sub, self.g_sub, self.u_sub[:, None], self.loss_sub[:, None]], 1)
         self.sample = torch.where(take[:, None], sub, self.sample)
         both = torch.logaddexp(self.log_weight, self.log_weight_sub)
         self.log_weight = torch.where(merged, both, self.log_weight)
@@ -261,7 +281,6 @@ class Forest:
         planted = self._record(ending & ~more)
         here = self._plant(planted, here)
         self._double(more | planted, planted, here)
-        return int(self.active.sum())
 
     def _across(self, other: Tensor) -> Tensor:
         """[C] bool: the tree (far end momentum ``other``) with its subtree's first point, or
@@ -286,12 +305,16 @@ class Forest:
         self.divergent_state = torch.where(kept, divergent, self.divergent_state)
         slot = torch.where(stop, self.t, self.length_)
         columns = [sample[:, :d], sample[:, 2 * d + 1 :], accepted[:, None], divergent[:, None]]
-        row = torch.cat(columns, 1)
-        self.record[slot, self.chain] = row
-        self.record_diverged[slot, self.chain] = self.diverged
+        self._write(slot, torch.cat(columns, 1), self.diverged)
         self.t = self.t + stop
         self.active = self.t < self.length_
         return stop & self.active
+
+    def _write(self, slot: Tensor, row: Tensor, diverged: Tensor) -> None:
+        """Each chain's record at its step ``slot`` (row ``length``: the chains recording
+        nothing)."""
+        self.record[slot, self.chain] = row
+        self.record_diverged[slot, self.chain] = diverged
 
     def _plant(self, mask: Tensor, here: Tensor) -> Tensor:
         """The tree of step t for the chains in ``mask``: p0 ~ N(0, I), H0 = U + |p0|^2 / 2,

@@ -94,6 +94,13 @@ class Paired:
 
     run, eager = Kernel.run, Kernel.eager  # their steps are this class's ``step``
 
+    def make_chunk(self, target: Target, state: State, length: int, positions: bool):
+        """This class's ``step`` compiled; where it adds nothing to the kernel's (full-batch
+        steps), the kernel's own compiled block (NUTS's forest)."""
+        if self.center_losses is None:
+            return self.kernel.make_chunk(target, state, length, positions)
+        return Kernel.make_chunk(self, target, state, length, positions)
+
 
 # ---------------------------------------------------------------------------------------------
 # The estimate from recorded losses.

@@ -123,10 +123,8 @@ class NUTS(Adaptive, MHKernel):
         acceptance=(0.5, 1.0),  # Stan's accept_stat, whose usual target is 0.8
     )
     fractional_acceptance = True  # accepted: the accept_stat, in [0, 1]
-    # NOT compilable: each doubling asks the host whether every chain's tree has stopped (one
-    # sync a doubling; the forest: one a leaf) so a step ends at the deepest tree it needs; a
-    # compiled step of fixed shape would run all 2^max_depth - 1 leapfrog steps every time.
-    compilable = False
+    # A compiled ``step`` of fixed shape would run all 2^max_depth - 1 leapfrog steps every
+    # time: what compiles is the forest's iteration (``make_chunk``).
 
     def noise(self, chains, dim):
         """xi: the momentum p0. direction[:, j] < 1/2: doubling j extends forward in time.
@@ -175,7 +173,7 @@ class NUTS(Adaptive, MHKernel):
         n_left = n_right = torch.zeros(chains, dtype=torch.long, device=p0.device)
         built = []
         for j in range(self.max_depth):
-            if bool(done.all()):  # the one host sync a doubling (see ``compilable``)
+            if bool(done.all()):  # the one host sync a doubling
                 break
             forward = noise["direction"][:, j] < 0.5
             sign = torch.where(forward, step, -step)[:, None]  # the signed step, [C, 1]
@@ -305,6 +303,15 @@ class NUTS(Adaptive, MHKernel):
         even = torch.round(i * scale).long()
         column = torch.where((count > length)[:, None], even, i)
         return buffer[rows[:, None], column]
+
+    def make_chunk(self, target, state, length, positions):
+        """A block as a forest whose iteration is one compiled call (samplers.compiled_forest),
+        on a CPU; elsewhere the forest stays eager (None)."""
+        if state.position.device.type != "cpu":
+            return None
+        from .compiled_forest import ForestChunk
+
+        return ForestChunk(self, target, state, length, positions)
 
     def eager(self, state, target, noise, positions=False, trace=False):
         """A block of at least FOREST_STEPS steps grows as one ``Forest`` (samplers.forest): each

@@ -227,12 +227,22 @@ def test_nuts_trees_and_traced_paths_match_a_recursive_builder(target_name, step
         assert diverged  # and so was a divergence
 
 
-@pytest.mark.parametrize("levels", ["dense", "sparse"])
+def _iterated(kernel, state, target, rows, positions):
+    """The compiled forest's schedule (samplers.compiled_forest), run eagerly: every iteration
+    settles the waiting chains and takes a leaf, no chain waiting for the others."""
+    forest = samplers.forest.Forest(kernel, state, target, rows, dense=True)
+    while forest.active.any():
+        forest.iterate()
+    return forest.state(), forest.info(positions)
+
+
+@pytest.mark.parametrize("levels", ["dense", "sparse", "iterated"])
 def test_nuts_block_equals_its_steps_one_at_a_time(levels, monkeypatch):
     """``eager`` grows a block's trees as a forest, each chain going on to its next step's tree
     as soon as its own stopped; the lockstep ``step``, one row at a time, must give the same
-    states and records bit for bit, with the span checks dense or sparse (``Forest``). The
-    funnel at step 0.6 makes invalid subtrees; two chains start non-finite and stay flagged."""
+    states and records bit for bit, with the span checks dense or sparse (``Forest``), and on
+    the schedule the compiled forest runs. The funnel at step 0.6 makes invalid subtrees; two
+    chains start non-finite and stay flagged."""
     monkeypatch.setattr(samplers.forest, "SPARSE_LEVELS", 0 if levels == "sparse" else 1 << 30)
     target = potential("funnel")
     kernel = samplers.make("nuts", step_size=0.6, max_depth=6)
@@ -242,7 +252,10 @@ def test_nuts_block_equals_its_steps_one_at_a_time(levels, monkeypatch):
     state = kernel.init(start, target, g)
     rows = kernel.noise_for(state, target, gen(4), most=12).take(12)
     one, one_info = samplers.base.Kernel.eager(kernel, state, target, rows, positions=True)
-    block, info = kernel.eager(state, target, rows, positions=True)
+    if levels == "iterated":
+        block, info = _iterated(kernel, state, target, rows, positions=True)
+    else:
+        block, info = kernel.eager(state, target, rows, positions=True)
     same = {"rtol": 0, "atol": 0, "equal_nan": True}
     for name in ("position", "U", "grad", "loss", "diverged"):
         torch.testing.assert_close(getattr(block, name), getattr(one, name), **same)
@@ -251,7 +264,7 @@ def test_nuts_block_equals_its_steps_one_at_a_time(levels, monkeypatch):
     assert info.diverged.sum(1).tolist() == [2] * 12 and info.accepted.mean() > 0.5
 
 
-def test_nuts_declares_fixed_shape_draws_and_is_not_compiled():
+def test_nuts_declares_fixed_shape_draws():
     kernel = samplers.make("nuts", max_depth=4)
     target = potential("banana")
     draws = kernel.draws(target, 3, 2)
@@ -262,7 +275,7 @@ def test_nuts_declares_fixed_shape_draws_and_is_not_compiled():
         "pick": ("uniform", (3, 16)),
         "merge": ("uniform", (3, 4)),
     }
-    assert not kernel.compilable and kernel.traces
+    assert kernel.traces
     assert samplers.make("nuts").max_depth == 10 and samplers.make("nuts").step_size == 0.1
     with pytest.raises(ValueError, match=r"nuts\.max_depth"):
         samplers.make("nuts", max_depth=13)
