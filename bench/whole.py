@@ -347,6 +347,9 @@ def inside(name: str, basin_runs: list[Timed], peer_runs: list[Timed]) -> str:
         f"Basin's run {med(basin_runs, 'seconds')} s in process, of which sampling "
         f"{med(basin_runs, 'sampling_seconds')} s"
     )
+    rates = [_gradient_rate(t.reply) for t in basin_runs]
+    if None not in rates:  # NUTS: its leapfrog steps, Stan's n_leapfrog__, as BlackJAX counts
+        text += f", {_f(_median(rates))} gradient evaluations/s"
     if peer_runs and name in BLACKJAX_CASES:
         text += (
             f"; BlackJAX imports {med(peer_runs, 'import_s')} s, compile "
@@ -357,6 +360,15 @@ def inside(name: str, basin_runs: list[Timed], peer_runs: list[Timed]) -> str:
     elif peer_runs:
         text += f"; devinterp's estimator call {med(peer_runs, 'seconds')} s"
     return text
+
+
+def _gradient_rate(reply: dict) -> float | None:
+    """A NUTS run's gradient evaluations a second of sampling: its mean leapfrog steps a step
+    (the summary's scalar ``leapfrogs``) times its chains and steps."""
+    leapfrogs = (reply.get("scalars") or {}).get("leapfrogs")
+    if leapfrogs is None or not reply.get("sampling_seconds"):
+        return None
+    return leapfrogs * reply["chains"] * reply["steps"] / reply["sampling_seconds"]
 
 
 def versions(peer_runs: list[Timed]) -> str:

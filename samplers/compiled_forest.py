@@ -28,8 +28,7 @@ from torch import Tensor
 
 from .cache import find, remove, save, workspace
 from .compiled import Chunk, Runner, _held, _padded, _unique, export_package, swapped
-from .forest import Forest
-from .nuts import FOREST_STEPS
+from .forest import FOREST_STEPS, Forest
 
 CHECK_EVERY = 8  # iterations between the host's looks at whether every chain is done
 # inductor vectorises a [C, d] op along d: at d = 2 or 3 its masked tail loads cost ~2x the

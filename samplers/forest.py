@@ -16,6 +16,7 @@ MAX_DELTA_H = 1000.0  # a leapfrog step whose energy error H - H0 exceeds this d
 # the waiting chains settle together once they are this fraction of the unfinished ones: each
 # settle costs as many tensor ops as a few leaves, and a chain waits a leaf or two for it
 SETTLE_WAITING = 0.3
+FOREST_STEPS = 8  # blocks this long or longer grow as a forest (``samplers.nuts.NUTS.eager``)
 SPARSE_LEVELS = 8192  # above this many span checkpoint entries (levels x chains x d), sparse
 
 
@@ -116,8 +117,9 @@ class Forest:
         )
         self.diverged = state.diverged.clone()
         self.divergent = torch.zeros_like(self.diverged)  # the tree's: H - H0 > MAX_DELTA_H
-        # the state's divergent: the last step's of a chain that is not frozen
+        # the state's divergent and leapfrogs: the last step's of a chain that is not frozen
         self.divergent_state = getattr(state, "divergent", torch.zeros_like(u))
+        self.leapfrogs_state = getattr(state, "leapfrogs", torch.zeros_like(u))
         index = torch.zeros(chains, dtype=torch.long, device=device)
         self.t, self.j, self.k, self.size, self.n, self.at = (index,) * 6
         self.row = self.chain - chains  # of the noise rows, t C + c (planting adds C)
@@ -131,8 +133,8 @@ class Forest:
         )
         self.log_weight_sub = self.metro_sub = self.zero
         # each step's records; row ``length`` takes the writes of chains that record nothing
-        # position | loss | accepted | divergent
-        self.record = u.new_zeros(length + 1, chains, d + 3)
+        # position | loss | accepted | divergent | leapfrogs
+        self.record = u.new_zeros(length + 1, chains, d + 4)
         self.record_diverged = self.diverged.new_zeros(length + 1, chains)
         everyone = self.active
         here = self._plant(everyone, torch.cat([self.w, self.p, self.g], 1))
@@ -303,8 +305,10 @@ class Forest:
         divergent = self.divergent.to(accepted.dtype)
         kept = stop & ~self.diverged  # a frozen chain's state keeps its last divergent
         self.divergent_state = torch.where(kept, divergent, self.divergent_state)
+        self.leapfrogs_state = torch.where(kept, self.steps, self.leapfrogs_state)
         slot = torch.where(stop, self.t, self.length_)
         columns = [sample[:, :d], sample[:, 2 * d + 1 :], accepted[:, None], divergent[:, None]]
+        columns.append(self.steps[:, None])
         self._write(slot, torch.cat(columns, 1), self.diverged)
         self.t = self.t + stop
         self.active = self.t < self.length_
@@ -370,6 +374,7 @@ class Forest:
             counted["count"] = torch.where(self.diverged, start.count, start.count + self.length)
         if hasattr(start, "divergent"):  # samplers.nuts.NUTSState's
             counted["divergent"] = self.divergent_state
+            counted["leapfrogs"] = self.leapfrogs_state
         return replace(
             start,
             position=sample[:, :d].contiguous(),
@@ -381,14 +386,17 @@ class Forest:
         )
 
     def info(self, positions: bool = False) -> Info:
-        """Each step's records, [T, C] (positions [T, C, d]), with the scalar ``divergent``
-        (``samplers.nuts.NUTS.observe``); a diverged chain's loss and scalars NaN and its
-        accepted 0, as ``samplers.base.contain`` reports them."""
+        """Each step's records, [T, C] (positions [T, C, d]), with the scalars ``divergent`` and
+        ``leapfrogs`` (``samplers.nuts.NUTS.observe``); a diverged chain's loss and scalars NaN
+        and its accepted 0, as ``samplers.base.contain`` reports them."""
         d, record, diverged = self.dim, self.record[:-1], self.record_diverged[:-1]
         return Info(
             loss=torch.where(diverged, math.nan, record[..., d]),
             accepted=torch.where(diverged, 0.0, record[..., d + 1]),
             diverged=diverged,
             position=record[..., :d].contiguous() if positions else None,
-            scalars={"divergent": torch.where(diverged, math.nan, record[..., d + 2])},
+            scalars={
+                "divergent": torch.where(diverged, math.nan, record[..., d + 2]),
+                "leapfrogs": torch.where(diverged, math.nan, record[..., d + 3]),
+            },
         )

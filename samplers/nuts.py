@@ -18,24 +18,25 @@ import torch
 from torch import Tensor
 
 from .base import Draw
-from .forest import MAX_DELTA_H, Forest, u_turn
+from .forest import FOREST_STEPS, MAX_DELTA_H, Forest, u_turn
 from .integrators import MHKernel, MHState
 from .metric import factor, kinetic, momentum, sharp
 from .spec import LOC, NBETA, Param, aligned, kernel_spec
 from .warmup import Adaptive, AdaptState, adapting_params
 
 PATH_POINTS = 129  # at most this many points of a tree in ``trace["path"]``
-FOREST_STEPS = 8  # blocks this long or longer grow as a forest (``NUTS.eager``)
 
 
 @dataclass
 class NUTSState(MHState):
     divergent: Tensor  # [C] 1.0 where the last step's tree diverged (H - H0 > MAX_DELTA_H)
+    leapfrogs: Tensor  # [C] the last step's leapfrog steps (Stan's n_leapfrog__)
 
 
 @dataclass
 class NUTSAdaptState(AdaptState):
     divergent: Tensor  # as NUTSState's, with step_size auto's warm-up
+    leapfrogs: Tensor
 
 
 class NUTS(Adaptive, MHKernel):
@@ -146,12 +147,13 @@ class NUTS(Adaptive, MHKernel):
         none = torch.zeros_like(state.U)
         if self.auto:
             state = self.adapting_start(state, target, generator)
-            return NUTSAdaptState(**vars(state), divergent=none)
-        return NUTSState(**vars(state), divergent=none)
+            return NUTSAdaptState(**vars(state), divergent=none, leapfrogs=none)
+        return NUTSState(**vars(state), divergent=none, leapfrogs=none)
 
     def observe(self, state):
-        """``divergent``: 1 where the step's tree diverged (Stan's divergent__), else 0."""
-        return {"divergent": state.divergent}
+        """``divergent``: 1 where the step's tree diverged (Stan's divergent__), else 0;
+        ``leapfrogs``: its leapfrog steps, the gradient evaluations it cost (n_leapfrog__)."""
+        return {"divergent": state.divergent, "leapfrogs": state.leapfrogs}
 
     def update(self, state, target, batch, noise, trace=None):
         chains = state.position.shape[0]
@@ -212,7 +214,13 @@ class NUTS(Adaptive, MHKernel):
             trace["proposal"] = position
             trace["path"] = self._path(state.position, built, n_left, n_right)
         new = replace(
-            state, position=position, U=u, grad=grad, loss=loss, divergent=divergent.to(u.dtype)
+            state,
+            position=position,
+            U=u,
+            grad=grad,
+            loss=loss,
+            divergent=divergent.to(u.dtype),
+            leapfrogs=steps,
         )
         accept_stat = metro / steps.clamp_min(1)
         if self.auto:

@@ -228,6 +228,7 @@ def test_a_step_builds_stans_trees(case):
         torch.testing.assert_close(new.position[c], sample, **CLOSE)
         assert info.accepted[c].item() == pytest.approx(accept, rel=1e-9, abs=1e-12)
         assert info.scalars["divergent"][c].item() == new.divergent[c].item() == float(diverged)
+        assert info.scalars["leapfrogs"][c].item() == new.leapfrogs[c].item() == stan.steps
         plain.transition(state.position[c], chain(noise, c))
         differ += plain.steps != stan.steps  # leapfrog steps the tree took
         divergent += diverged
@@ -257,11 +258,12 @@ def test_a_forest_block_builds_stans_trees(levels, metric, monkeypatch):
             torch.testing.assert_close(info.position[t, c], sample, **CLOSE)
             assert info.accepted[t, c].item() == pytest.approx(accept, rel=1e-9, abs=1e-12)
             assert info.scalars["divergent"][t, c].item() == float(diverged)
+            assert info.scalars["leapfrogs"][t, c].item() == stan.steps  # n_leapfrog__
         before = info.position[t]
     assert {"inner", "top"} <= set(stan.fired), stan.fired
     one, one_info = samplers.base.Kernel.eager(kernel, state, target, rows, positions=True)
     same = {"rtol": 0, "atol": 0, "equal_nan": True}
-    for name in ("position", "U", "grad", "loss", "diverged", "divergent"):
+    for name in ("position", "U", "grad", "loss", "diverged", "divergent", "leapfrogs"):
         torch.testing.assert_close(getattr(block, name), getattr(one, name), **same)
     for name in ("loss", "accepted", "diverged", "position"):
         torch.testing.assert_close(getattr(info, name), getattr(one_info, name), **same)
