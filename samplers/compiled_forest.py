@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .cache import find, remove, save, workspace
+from .cache import find, refuse, refused, remove, save, workspace
 from .compiled import Chunk, Runner, _held, _padded, _unique, export_package, swapped
 from .forest import FOREST_STEPS, Forest
 
@@ -126,7 +126,13 @@ class ForestChunk(Chunk):
     def _build(self) -> None:
         if self.load():
             return
-        self._package()  # a failure is the chunk's error: the run goes on eagerly
+        if refused(self.key()):  # an earlier process's export failed: not tried again
+            raise RuntimeError("the forest's export failed in an earlier process")
+        try:
+            self._package()
+        except Exception as exc:  # the chunk's error: the run goes on eagerly
+            refuse(self.key(), repr(exc))
+            raise
 
     def load(self) -> bool:
         if self.compiled is not None:

@@ -314,8 +314,8 @@ class NUTS(Adaptive, MHKernel):
 
     def make_chunk(self, target, state, length, positions):
         """A block as a forest whose iteration is one compiled call (samplers.compiled_forest),
-        on a CPU; elsewhere the forest stays eager (None)."""
-        if state.position.device.type != "cpu":
+        on a CPU and a target torch.export can trace; elsewhere the forest stays eager (None)."""
+        if state.position.device.type != "cpu" or not getattr(target, "exportable", True):
             return None
         from .compiled_forest import ForestChunk
 

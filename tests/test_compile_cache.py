@@ -152,3 +152,35 @@ def test_a_refused_export_and_a_killed_build_go_when_the_cache_is_cleared(folder
     (left / "chunk.pt2").write_bytes(b"half")
     cache.clear()
     assert not cache.refused("r" * 40) and not left.exists()
+
+
+def test_a_forest_whose_export_fails_runs_eagerly_and_is_not_tried_again(folder, monkeypatch):
+    """NUTS's compiled forest (samplers.compiled_forest): an export that fails is noted in the
+    cache, the run steps eagerly with the eager draws, and a later chunk of the same key does
+    not trace again; a network target (not exportable) gets no chunk at all."""
+    import torch
+
+    from samplers import compiled_forest
+    from samplers.compiled import chunk_for
+
+    tries = []
+
+    def fail(*args, **kwargs):
+        tries.append(1)
+        raise RuntimeError("an op the export cannot trace")
+
+    monkeypatch.setattr(compiled_forest, "export_package", fail)
+    target = landscapes.make("banana", device="cpu", dtype="float64")
+    kernel = samplers.make("nuts", step_size=0.3)
+    g = torch.Generator().manual_seed(0)
+    state = kernel.init(target.exact_sample(g, 4), target, g)
+    want, _ = kernel.run(state, target, torch.Generator().manual_seed(1), 16)
+    with pytest.warns(UserWarning, match="steps run eagerly: the compile failed"):
+        got, _ = kernel.run(state, target, torch.Generator().manual_seed(1), 16, compiled=True)
+    assert torch.equal(got.position, want.position) and tries == [1]
+    length = kernel.noise_for(state, target, g, most=16).length  # the chunk's block
+    again = compiled_forest.ForestChunk(kernel, target, state, length, False)
+    assert cache.refused(again.key()) and not again.wait() and tries == [1]
+    network = landscapes.make("dln", device="cpu")
+    net_state = kernel.init(network.initial(g, 2), network, g)
+    assert chunk_for(kernel, network, net_state, 8, False) is None
