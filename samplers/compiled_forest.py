@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .cache import find, refuse, refused, remove, save, workspace
-from .compiled import Chunk, Runner, _held, _padded, _unique, export_package, swapped
+from .compiled import Chunk, Runner, _held, _padded, export_package, swapped
 from .forest import FOREST_STEPS, Forest
 
 CHECK_EVERY = 8  # iterations between the host's looks at whether every chain is done
@@ -159,9 +159,6 @@ class ForestChunk(Chunk):
             meta = {"layout": layout.signature(), "kernel": self.kernel.name, "forest": True}
             path = save(self.key(), Path(built), meta)
         self.compiled = Runner(str(path))
-
-    def _held(self) -> list[Tensor]:
-        return _unique([place[key] for place, key in _held(self.kernel, self.target)])
 
     def usable(self, rows: int) -> bool:
         """A block of at least FOREST_STEPS steps (fewer go in lockstep: ``NUTS.eager``)."""
