@@ -16,10 +16,26 @@ pytestmark = pytest.mark.browser
 
 
 def choose(page, label: str, option: str) -> None:
-    """Pick ``option`` in the Streamlit selectbox labelled ``label``."""
+    """Pick ``option`` in the Streamlit selectbox labelled ``label``, and wait until the box
+    shows it: on a loaded machine a rerun can redraw the list under the click, which is then
+    lost and the list left open (seen in CI), so the pick is made again."""
     box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
-    box.click()
-    page.get_by_role("option", name=option, exact=True).click()
+    for _ in range(3):
+        box.click()
+        page.get_by_role("option", name=option, exact=True).click()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if option in _shown(box):
+                return
+            page.wait_for_timeout(200)
+        page.keyboard.press("Escape")  # close the list left open
+    raise AssertionError(f"{label}: {option} not taken ({_shown(box)!r})")
+
+
+def _shown(box) -> str:
+    """A selectbox's label and its shown value (the value sits in its input)."""
+    values = box.locator("input").evaluate_all("(xs) => xs.map((x) => x.value)")
+    return box.inner_text() + " " + " ".join(values)
 
 
 def fill_number(page, label: str, value: int) -> None:
@@ -60,12 +76,7 @@ def test_playground_runs_mala_on_the_funnel_and_shows_its_histogram(server, brow
     histogram = page.locator(".js-plotly-plot").filter(has_text=re.compile("exact")).first
     histogram.wait_for()
     histogram.scroll_into_view_if_needed()
-    box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Run shown")
-    shown = (
-        box.inner_text()
-        + " "
-        + " ".join(box.locator("input").evaluate_all("(xs) => xs.map((x) => x.value)"))
-    )
+    shown = _shown(page.locator('[data-testid="stSelectbox"]').filter(has_text="Run shown"))
     assert "funnel" in shown and "mala" in shown, shown
     screenshot(page, "playground-funnel-mala")
     assert_clean(page)
